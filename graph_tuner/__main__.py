@@ -1,0 +1,3 @@
+from graph_tuner.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""The ``graph-tuner`` command line.
+
+Each subcommand lives in ``graph_tuner/commands/<name>.py`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` (called with the
+parsed arguments, returning an exit status). Heavy imports (ortools, llvmlite)
+happen inside ``func`` so that ``--help`` stays fast.
+
+User errors (:class:`GraphTunerError`) print one line and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from graph_tuner import __version__
+from graph_tuner.errors import GraphTunerError
+
+# In the order `--help` lists them: the pipeline, top to bottom.
+COMMANDS = ("models", "inspect", "tune", "solve", "run", "bench", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="graph-tuner",
+        description="Choose, for every conv layer, the kernel schedule and data layout "
+        "that minimise the network's total time (kernels + layout transforms).",
+    )
+    parser.add_argument("--version", action="version", version=f"graph-tuner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"graph_tuner.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"graph_tuner.commands.{name}":
+                continue  # not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except GraphTunerError as e:
+        print(f"graph-tuner: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("graph-tuner: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,7 @@
+"""x86 kernels generated with llvmlite: conv2d in NCHW[x]c, layout transforms, timing, tuning.
+
+Knows nothing of solvers or of the graph tuner.
+"""
+from kernels.workload import Conv2DWorkload
+
+__all__ = ["Conv2DWorkload"]
