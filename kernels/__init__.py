@@ -2,6 +2,7 @@
 
 Knows nothing of solvers or of the graph tuner.
 """
+from kernels.config import Conv2DConfig
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["Conv2DWorkload"]
+__all__ = ["Conv2DConfig", "Conv2DWorkload"]
