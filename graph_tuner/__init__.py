@@ -5,4 +5,17 @@ __version__ = "0.1.0"
 
 from graph_tuner.errors import GraphTunerError
 
-__all__ = ["__version__", "GraphTunerError"]
+__all__ = ["__version__", "GraphTuner", "GraphTunerError", "load_model"]
+
+
+def __getattr__(name: str):
+    # Lazy, so `graph-tuner --help` does not import the whole pipeline.
+    if name == "GraphTuner":
+        from graph_tuner.api import GraphTuner
+
+        return GraphTuner
+    if name == "load_model":
+        from graph_tuner.model import load_model
+
+        return load_model
+    raise AttributeError(f"module 'graph_tuner' has no attribute {name!r}")

@@ -21,8 +21,15 @@ from graph_tuner.errors import GraphTunerError
 COMMANDS = ("models", "inspect", "tune", "solve", "run", "bench", "demo")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (pointing at --help) and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="graph-tuner",
         description="Choose, for every conv layer, the kernel schedule and data layout "
         "that minimise the network's total time (kernels + layout transforms).",

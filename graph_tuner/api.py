@@ -1,0 +1,225 @@
+"""The public Python API: ``GraphTuner``.
+
+Usage (after tuning kernels into ``resnet-18.log``)::
+
+    from graph_tuner import GraphTuner
+    gt = GraphTuner("resnet-18", "resnet-18.log", target="llvm", top_k=20)
+    gt.benchmark_layout_transforms()          # or gt.load_transform_records(path)
+    plan = gt.solve(solver="dp")              # plan.cost, plan.optimal, plan.layers, plan.records
+    plan.write_records("opt.log"); print(plan.report())
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Iterable
+
+from graph_tuner import candidates as cand
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.layout_flow import analyse
+from graph_tuner.model import Model, load_model
+from graph_tuner.plan import Plan, read_choice
+from graph_tuner.records import read_records
+from graph_tuner.selection import build_problem, required_transforms
+from graph_tuner.transform_costs import EstimateReport, TransformCosts
+
+SOLVERS = ("dp", "ilp", "pbqp")
+
+
+class GraphTuner:
+    """Select one schedule per conv layer (x86) or per workload (CUDA) from tuning records.
+
+    ``model``: a zoo name, an .onnx path or a :class:`Model`. ``records``: a log path
+    or an iterable of record lines. ``target``: ``llvm ...`` (x86: graph-level layout
+    selection) or ``cuda ...`` (no layouts: best record per distinct workload).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | Model,
+        records: str | os.PathLike | Iterable[str],
+        target: str = "llvm",
+        top_k: int = 20,
+        *,
+        fallback: bool = False,
+        skip_bad_lines: bool = False,
+        batch: int = 1,
+    ):
+        if top_k < 1:
+            raise GraphTunerError(f"--top-k must be at least 1, got {top_k}")
+        self.model = load_model(model, batch=batch)
+        self.target = target
+        self.kind = target.split()[0] if target.strip() else ""
+        if self.kind not in ("llvm", "cuda"):
+            raise GraphTunerError(f"unsupported target {target!r}: use 'llvm ...' (x86) or 'cuda ...'")
+        self.log = read_records(records, skip_bad_lines=skip_bad_lines)
+        self.transforms = TransformCosts()
+        self.warnings: list[str] = list(getattr(self.log, "warnings", []))
+        self.convs = self.model.convs()
+        self.workloads = [self.model.workload(op) for op in self.convs]
+        if self.kind == "llvm":
+            self.flow = analyse(self.model)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                per_layer = cand.layer_candidates(
+                    self.workloads,
+                    self.log,
+                    names=[op.name for op in self.convs],
+                    k=top_k,
+                    fallback=fallback,
+                    target=target,
+                )
+            self.warnings += [str(w.message) for w in caught]
+            self.candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
+            self.load_transform_records(self.log)
+
+    # -- transform costs -------------------------------------------------------------
+    def required_transforms(self) -> list:
+        """Every (NCHW shape, src block, dst block) transform some choice could force."""
+        if self.kind != "llvm":
+            return []
+        return required_transforms(self.flow, self.candidates, self._blocks())
+
+    def missing_transforms(self) -> list:
+        return self.transforms.missing(self.required_transforms())
+
+    def benchmark_layout_transforms(self, progress: bool = True) -> int:
+        """Measure the missing transforms on this machine (cached on disk per CPU)."""
+        from kernels.transform_bench import measure_transforms
+
+        missing = self.missing_transforms()
+        measured = measure_transforms(missing, progress=progress)
+        for (shape, a, b), secs in measured.items():
+            self.transforms.add(shape, a, b, secs)
+        return len(measured)
+
+    def load_transform_records(self, source) -> int:
+        """Read AutoTVM ``layout_transform`` records (a path or an already-read log)."""
+        log = source if hasattr(source, "transforms") else read_records(source)
+        return self.transforms.load_records(log.transforms)
+
+    def estimate_transforms(self) -> EstimateReport:
+        """Fill missing transform costs from a per-element model fitted on the known ones."""
+        return self.transforms.estimate_missing(self.required_transforms())
+
+    # -- solving ---------------------------------------------------------------------
+    def solve(self, solver: str = "dp", time_limit: float | None = None) -> Plan:
+        if solver not in SOLVERS:
+            raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+        if self.kind == "cuda":
+            return self._cuda_plan()
+        missing = self.missing_transforms()
+        if missing:
+            raise GraphTunerError(
+                f"{len(missing)} layout transform cost(s) unknown, e.g. {self.transforms.describe(missing[0])}; "
+                "call benchmark_layout_transforms(), load_transform_records() or estimate_transforms()"
+            )
+        notes: list[str] = list(self.warnings)
+        sp = build_problem(self.flow, self.candidates, self.transforms.seconds, self._blocks())
+        t0 = time.perf_counter()
+        sol, method = _solve(sp.problem, solver, time_limit, notes)
+        elapsed = time.perf_counter() - t0
+        layers, transforms, joins = read_choice(sp, sol.choice, self._conv_index(), self._workload_by_name())
+        for t in transforms:
+            t.estimated = (t.shape, *_blocks_of(t)) in self.transforms.estimated
+        plan = Plan(
+            model=self.model.name,
+            target=self.target,
+            layers=layers,
+            transforms=transforms,
+            joins=joins,
+            solver=method,
+            optimal=bool(sol.optimal),
+            bound_ms=sol.bound,
+            solve_seconds=elapsed,
+            notes=notes,
+            records=[lc.candidate.record for lc in layers],
+        )
+        if abs(plan.cost - sol.cost) > 1e-6 * max(1.0, abs(sol.cost)):
+            raise AssertionError(f"plan total {plan.cost} != solver objective {sol.cost}")  # a bug, not user error
+        plan.baselines_ms = {
+            "history_best": self._baseline(lambda name, cs: [min(cs, key=lambda c: c.time)]),
+            "default": self._baseline(self._default_candidates),
+        }
+        if plan.baselines_ms["default"] is None:
+            plan.notes.append(
+                f"default plan n/a: some layer has no record at AutoTVM's default layouts "
+                f"(blocks of at most {_simd_lanes()} channels, the SIMD width)"
+            )
+        return plan
+
+    # -- helpers ---------------------------------------------------------------------
+    def _blocks(self) -> list[int]:
+        return sorted({1} | {b for cs in self.candidates.values() for c in cs for b in (c.in_block, c.out_block)})
+
+    def _conv_index(self) -> dict[str, int]:
+        return {op.name: i for i, op in enumerate(self.convs)}
+
+    def _workload_by_name(self) -> dict:
+        return {op.name: w for op, w in zip(self.convs, self.workloads)}
+
+    def _default_candidates(self, name: str, cs: list) -> list:
+        """The layer's candidate at AutoTVM's default layouts (SIMD-width blocks)."""
+        config = cand.fallback_config(self._workload_by_name()[name], simd_width=_simd_lanes())
+        match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
+        return [min(match, key=lambda c: c.time)] if match else []
+
+    def _baseline(self, pick) -> float | None:
+        """Total under the same cost model with each conv's choice fixed by ``pick``;
+        joins still choose their best layout."""
+        fixed = {name: pick(name, cs) for name, cs in self.candidates.items()}
+        if any(not cs for cs in fixed.values()):
+            return None
+        sp = build_problem(self.flow, fixed, self.transforms.seconds, self._blocks())
+        from solvers import solve
+
+        return float(solve(sp.problem, method="dp").cost)
+
+    def _cuda_plan(self) -> Plan:
+        best = cand.best_per_workload(self.log, self.workloads, target=self.target)
+        return Plan(
+            model=self.model.name,
+            target=self.target,
+            layers=[],
+            transforms=[],
+            joins={},
+            solver="passthrough",
+            optimal=True,
+            bound_ms=None,
+            solve_seconds=0.0,
+            notes=list(self.warnings)
+            + [f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"],
+            records=best,
+        )
+
+
+def _blocks_of(t) -> tuple[int, int]:
+    from graph_tuner.layout_flow import parse_layout
+
+    return parse_layout(t.src_layout), parse_layout(t.dst_layout)
+
+
+def _solve(problem, solver: str, time_limit: float | None, notes: list[str]):
+    from solvers import solve
+
+    try:
+        return solve(problem, method=solver, time_limit=time_limit), solver
+    except MemoryError as e:  # pragma: no cover - replaced below once solvers names its error
+        raise GraphTunerError(str(e)) from None
+    except ValueError as e:
+        if solver == "dp" and "ilp" in str(e) and type(e).__name__ != "Infeasible":
+            notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
+            return solve(problem, method="ilp", time_limit=time_limit), "ilp"
+        if type(e).__name__ == "Infeasible":
+            raise GraphTunerError(
+                "no feasible plan: every combination of candidates needs an impossible layout transform"
+            ) from None
+        raise
+
+
+def _simd_lanes() -> int:
+    """Float lanes of the host's widest vector unit (16 with AVX-512, 8 with AVX2)."""
+    from kernels.jit import host_cpu
+
+    return host_cpu().lanes

@@ -1,0 +1,220 @@
+"""Per-conv-layer candidates: which schedules (and so which layouts) each layer may use.
+
+An x86 record's schedule fixes the layer's layouts: input ``NCHW{ic_bn}c`` and output
+``NCHW{oc_bn}c`` from the inner factors of ``tile_ic``/``tile_oc``. Only the fastest
+record per (input block, output block) pair can be in an optimal plan -- the graph
+tuner sees nothing else of a schedule -- so :func:`layer_candidates` keeps that one,
+then the K fastest pairs. Depthwise records must have ``ic_bn == oc_bn``: a depthwise
+channel reads and writes the same channel, and our depthwise kernels keep the blocks
+aligned; other depthwise records are dropped.
+
+CUDA needs no layout search: :func:`best_per_workload` picks the fastest record per
+distinct workload, as AutoTVM's ``apply_history_best`` does.
+
+>>> from graph_tuner.records import read_records, make_conv2d_record
+>>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+>>> def rec(ic, oc, t):
+...     e = {"tile_ic": [-1, ic], "tile_oc": [-1, oc], "tile_ow": [-1, 8], "unroll_kw": True}
+...     return make_conv2d_record(w, e, 0, [t], "llvm", timestamp=0.0)
+>>> log = read_records([rec(16, 16, 3e-3), rec(16, 16, 2e-3), rec(8, 16, 1e-3)])
+>>> [(c.in_block, c.out_block, c.time) for c in layer_candidates([w], log)[0]]
+[(8, 16, 0.001), (16, 16, 0.002)]
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import X86_TASKS, Record, RecordLog, target_kind
+from kernels.config import Conv2DConfig
+from kernels.config_space import entity_config
+from kernels.workload import Conv2DWorkload
+
+DEFAULT_TOP_K = 20
+# SIMD width of AutoTVM's fallback schedule: float32 lanes of AVX-512.
+FALLBACK_SIMD_WIDTH = 16
+# Assumed speed of a fallback (untuned) kernel, to give the solver a time for it. A
+# deliberately modest figure: tuned AVX-512 kernels on this class of CPU reach roughly
+# 50-100 GFLOP/s per core, the fallback schedule typically a fraction of that.
+FALLBACK_GFLOPS = 20.0
+
+
+@dataclass
+class Candidate:
+    """One way to run a conv layer: a schedule, its layouts, and its time in seconds.
+
+    ``record`` is the AutoTVM record it came from, ``None`` for a fallback schedule.
+    """
+
+    record: Record | None
+    in_block: int
+    out_block: int
+    time: float
+    config: Conv2DConfig
+    is_fallback: bool = False
+
+    @property
+    def layouts(self) -> tuple[str, str]:
+        return f"NCHW{self.in_block}c", f"NCHW{self.out_block}c"
+
+
+def match_key(workload: Conv2DWorkload) -> Conv2DWorkload:
+    """The workload as records are matched: forms already unified, output dtype ignored.
+
+    >>> a = Conv2DWorkload((1, 8, 8, 8), (8, 8, 3, 3), out_dtype="float32")
+    >>> match_key(a) == match_key(dataclasses.replace(a, out_dtype=""))
+    True
+    """
+    return dataclasses.replace(workload, out_dtype="float32")
+
+
+def describe(workload: Conv2DWorkload) -> str:
+    """A workload the way a user recognises it (used in messages).
+
+    >>> describe(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
+    'conv2d data [1,64,56,56] kernel [64,64,3,3] stride [1,1] pad [1,1,1,1]'
+    """
+    def fmt(xs):
+        return "[" + ",".join(str(x) for x in xs) + "]"
+
+    kind = "depthwise conv2d" if workload.is_depthwise else "conv2d"
+    text = (f"{kind} data {fmt(workload.data_shape)} kernel {fmt(workload.kernel_shape)} "
+            f"stride {fmt(workload.strides)} pad {fmt(workload.padding)}")
+    if workload.dilation != (1, 1):
+        text += f" dilation {fmt(workload.dilation)}"
+    if workload.groups > 1 and not workload.is_depthwise:
+        text += f" groups {workload.groups}"
+    return text
+
+
+def _records(records: RecordLog | Iterable[Record]) -> list[Record]:
+    return list(records.records if isinstance(records, RecordLog) else records)
+
+
+def _layer_label(i: int, names: Sequence[str] | None) -> str:
+    return f"layer {i} '{names[i]}'" if names is not None else f"layer {i}"
+
+
+def layer_candidates(
+    workloads: Sequence[Conv2DWorkload],
+    records: RecordLog | Iterable[Record],
+    *,
+    names: Sequence[str] | None = None,
+    k: int = DEFAULT_TOP_K,
+    fallback: bool = False,
+    target: str = "llvm",
+) -> list[list[Candidate]]:
+    """Candidates of each x86 conv layer (in the given order), fastest first.
+
+    Per layer: the records of x86 conv tasks for ``target``'s kind whose workload
+    equals the layer's (:func:`match_key`), the fastest per (in_block, out_block), then
+    the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
+    with ``fallback=True`` it gets one AutoTVM-fallback candidate (:func:`fallback_candidate`)
+    and a warning.
+    """
+    if names is not None and len(names) != len(workloads):
+        raise ValueError(f"{len(names)} names for {len(workloads)} layers")
+    kind = target_kind(target)
+    by_workload: dict[Conv2DWorkload, dict[tuple[int, int], Candidate]] = {}
+    wanted = {match_key(w) for w in workloads}
+    for rec in _records(records):
+        key = match_key(rec.workload)
+        if rec.task_name not in X86_TASKS or rec.target_kind != kind or key not in wanted:
+            continue
+        config = entity_config(rec.entity)
+        if rec.workload.is_depthwise and config.ic_bn != config.oc_bn:
+            continue  # see module docstring
+        pairs = by_workload.setdefault(key, {})
+        pair = (config.ic_bn, config.oc_bn)
+        if pair not in pairs or rec.time < pairs[pair].time:
+            pairs[pair] = Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config)
+    out = []
+    for i, w in enumerate(workloads):
+        pairs = by_workload.get(match_key(w))
+        if pairs:
+            out.append(sorted(pairs.values(), key=lambda c: c.time)[:k])
+            continue
+        message = (f"{_layer_label(i, names)} {describe(w)}: no tuning record; "
+                   f"run `graph-tuner tune` for it or pass --fallback")
+        if not fallback:
+            raise GraphTunerError(message)
+        warnings.warn(f"{_layer_label(i, names)} {describe(w)}: no tuning record; "
+                      f"using AutoTVM's fallback schedule (time estimated at {FALLBACK_GFLOPS:g} GFLOP/s)",
+                      stacklevel=2)
+        out.append([fallback_candidate(w)])
+    return out
+
+
+def fallback_config(workload: Conv2DWorkload, simd_width: int = FALLBACK_SIMD_WIDTH) -> Conv2DConfig:
+    """AutoTVM's x86 fallback schedule (``_fallback_schedule`` of the conv2d templates).
+
+    ``oc_bn`` = largest divisor of OC <= ``simd_width``; ``ic_bn`` = largest divisor of
+    IC <= ``oc_bn``. 1x1 kernels: the largest ``ow_bn`` dividing OW, then the largest
+    ``oh_bn`` dividing OH with ``ow_bn * oh_bn < 32``. Others (and depthwise):
+    ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off.
+
+    >>> fallback_config(Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)))
+    Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
+    >>> fallback_config(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)))
+    Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
+    """
+    oc_bn = _largest_divisor(workload.out_channels, simd_width)
+    ic_bn = _largest_divisor(workload.in_channels, oc_bn)
+    oh, ow = workload.out_height, workload.out_width
+    if workload.is_1x1 and not workload.is_depthwise:
+        for ow_bn in range(ow, 0, -1):
+            if ow % ow_bn:
+                continue
+            for oh_bn in range(oh, 0, -1):
+                if oh % oh_bn == 0 and ow_bn * oh_bn < 32:
+                    return Conv2DConfig(ic_bn, oc_bn, ow_bn, False, oh_bn)
+    return Conv2DConfig(ic_bn, oc_bn, _largest_divisor(ow, 31), False, 1)
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
+
+
+def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS) -> Candidate:
+    """A candidate for an untuned layer: the fallback schedule, time = FLOPs / ``gflops``.
+
+    >>> c = fallback_candidate(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
+    >>> c.is_fallback, c.layouts, round(c.time * 1e3, 2)
+    (True, ('NCHW16c', 'NCHW16c'), 11.56)
+    """
+    config = fallback_config(workload)
+    return Candidate(None, config.ic_bn, config.oc_bn, workload.flops / (gflops * 1e9), config, True)
+
+
+def best_per_workload(
+    records: RecordLog | Iterable[Record],
+    workloads: Sequence[Conv2DWorkload] | None = None,
+    *,
+    target: str = "cuda",
+) -> list[Record]:
+    """The fastest record per distinct workload, for ``target``'s kind (CUDA by default).
+
+    Without ``workloads``: every workload in the log, in order of first appearance.
+    With them: one per distinct workload in their order of first appearance; a workload
+    without a record is a :class:`GraphTunerError` (tune it, or leave it to TVM's fallback
+    by not listing it).
+    """
+    kind = target_kind(target)
+    best: dict[Conv2DWorkload, Record] = {}
+    for rec in _records(records):
+        if rec.target_kind != kind:
+            continue
+        key = match_key(rec.workload)
+        if key not in best or rec.time < best[key].time:
+            best[key] = rec  # dicts keep first-insertion order: order of first appearance
+    if workloads is None:
+        return list(best.values())
+    out = []
+    for w in dict.fromkeys(match_key(w) for w in workloads):
+        if w not in best:
+            raise GraphTunerError(f"{describe(w)}: no {kind} tuning record; run AutoTVM tuning for it")
+        out.append(best[w])
+    return out

@@ -1,0 +1,113 @@
+"""``graph-tuner solve``: records in, one optimal record per conv layer out."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from graph_tuner.errors import GraphTunerError
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "solve",
+        help="choose one schedule per conv layer minimising kernels + layout transforms",
+        description="Read AutoTVM tuning records, choose each conv layer's schedule and layout "
+        "minimising total kernel + layout-transform time, and write the chosen records "
+        "(x86: one per conv layer, in conv order; cuda: the best per distinct workload).",
+    )
+    p.add_argument("model", help="zoo name (see `graph-tuner models`) or an .onnx file")
+    p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log (default: the log shipped in data/ for zoo models)")
+    p.add_argument("--target", default="llvm", help="'llvm ...' (x86, default) or 'cuda ...'")
+    p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
+    p.add_argument("--solver", choices=("dp", "ilp", "pbqp"), default="dp", help="default dp (exact; falls back to ilp if its table cap is hit)")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS", help="solver time limit (ilp/pbqp)")
+    p.add_argument("--top-k", type=_positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
+    p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
+    p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
+    p.add_argument("--report", metavar="R", help="also write the report as JSON to R")
+    p.add_argument("--format", choices=("v0.1", "v0.2"), help="record format to write (default: as read)")
+    p.add_argument("--fallback", action="store_true", help="use a default schedule (with a warning) for layers with no record")
+    p.add_argument("--skip-bad-lines", action="store_true", help="skip malformed log lines with a warning instead of failing")
+    p.add_argument("--batch", type=_positive_int, default=1, help="batch size (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def default_records(model: str) -> Path:
+    path = DATA_DIR / f"{model}.log"
+    if not path.exists():
+        shipped = sorted(p.stem for p in DATA_DIR.glob("*.log"))
+        raise GraphTunerError(
+            f"no shipped tuning log for '{model}' (shipped: {', '.join(shipped) or 'none'}); "
+            f"pass --records LOG or tune first: graph-tuner tune {model} -o {model}.log"
+        )
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    from graph_tuner.api import GraphTuner
+
+    records = args.records or default_records(args.model)
+    if args.records and not Path(args.records).exists():
+        raise GraphTunerError(f"{args.records}: no such file; pass the AutoTVM log written by tuning")
+    stem = Path(args.model).stem if args.model.endswith(".onnx") else args.model
+    out = Path(args.output or f"{stem}.opt.log")
+
+    gt = GraphTuner(
+        args.model,
+        records,
+        target=args.target,
+        top_k=args.top_k,
+        fallback=args.fallback,
+        skip_bad_lines=args.skip_bad_lines,
+        batch=args.batch,
+    )
+    for w in gt.warnings:
+        print(f"graph-tuner: warning: {w}", file=sys.stderr)
+    if gt.kind == "llvm":
+        _transform_costs(gt, args)
+    plan = gt.solve(solver=args.solver, time_limit=args.time_limit)
+    plan.write_records(out, version=args.format)
+    if args.report:
+        plan.write_report(args.report)
+    print(plan.report())
+    print(f"wrote {len(plan.records)} records to {out}")
+    return 0
+
+
+def _transform_costs(gt, args) -> None:
+    if args.transform_records:
+        if not Path(args.transform_records).exists():
+            raise GraphTunerError(f"{args.transform_records}: no such file")
+        n = gt.load_transform_records(args.transform_records)
+        print(f"read {n} layout-transform records from {args.transform_records}")
+    else:
+        from kernels.transform_bench import load_cached
+
+        for (shape, a, b), secs in load_cached(gt.missing_transforms()).items():
+            gt.transforms.add(shape, a, b, secs)
+    if gt.missing_transforms() and args.estimate_transforms:
+        print(gt.estimate_transforms())
+    missing = gt.missing_transforms()
+    if missing and not args.transform_records:
+        print(f"measuring {len(missing)} layout transforms on this machine (cached for next time)")
+        gt.benchmark_layout_transforms(progress=not args.no_progress)
+        missing = gt.missing_transforms()
+    if missing:
+        raise GraphTunerError(
+            f"{len(missing)} layout transform cost(s) missing from {args.transform_records}, e.g. "
+            f"{gt.transforms.describe(missing[0])}; pass --estimate-transforms or drop --transform-records to measure"
+        )

@@ -1,0 +1,43 @@
+"""``graph-tuner tune``: measure a model's conv kernels (and layout transforms) into an AutoTVM log."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "tune", help="tune a model's conv kernels into an AutoTVM log",
+        description="For every distinct conv workload of MODEL, search AutoTVM's conv2d_NCHWc.x86 config "
+                    "space on this CPU and append one record per measurement to LOG (flushed line by line; "
+                    "a rerun resumes where a run stopped), then append the layout transforms the model "
+                    "can need. The log is readable by TVM and by `graph-tuner solve`.")
+    p.add_argument("model", metavar="MODEL", help="a zoo model name (see `graph-tuner models`) or an .onnx file")
+    p.add_argument("-o", "--output", metavar="LOG", required=True, help="the tuning log to append to")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="measurements per workload, counting those already in LOG (default 40)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="wall time for the conv search, split evenly over the workloads left "
+                        "(time one does not use passes to the next)")
+    p.add_argument("--batch", type=int, default=None, metavar="N", help="batch size (default: the model's, 1 for zoo)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graph_tuner.errors import GraphTunerError
+    from graph_tuner.model import load_model
+    from graph_tuner.tuning import DEFAULT_TRIALS, tune_workloads
+
+    trials = DEFAULT_TRIALS if args.trials is None else args.trials
+    if trials < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+    if args.time_budget is not None and not args.time_budget > 0:
+        raise GraphTunerError(f"--time-budget must be > 0 seconds, got {args.time_budget}")
+    model = load_model(args.model, batch=args.batch)
+    workloads = model.distinct_workloads()
+    if not workloads:
+        raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
+    summaries = tune_workloads(workloads, args.output, trials=trials, time_budget=args.time_budget,
+                               progress=True, print_fn=print)
+    total = sum(s.wall_seconds for s in summaries)
+    print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
+    return 0

@@ -1,0 +1,149 @@
+"""Which op decides each tensor's layout, and which layout each consumer needs.
+
+The cost model (README, "The cost model") in graph terms:
+
+* **Decision ops** choose a layout. A conv2d chooses a candidate schedule, which fixes
+  its input block (``tile_ic``) and output block (``tile_oc``). A multi-input op
+  (add, multiply, concat) chooses one block valid for all its inputs: it must divide
+  every input's channel count. Graph inputs are fixed to plain NCHW.
+* **Layout-agnostic ops** (relu, clip, batch norm, bias add, pooling, pad) have one
+  4-d input and keep its layout, so their output's layout is decided upstream.
+* **Plain ops** (flatten, reshape, transpose, dense, softmax, ...) need plain NCHW
+  on their 4-d inputs, and so do graph outputs.
+
+A block of 1 (``NCHW1c``) is the same memory order as plain ``NCHW``, so plain is
+block 1 throughout. Every 4-d tensor then has a *source* (the decision op whose
+choice sets its layout) and a list of *requirements* (consumers that need some
+block); one layout transform per (tensor, needed block) pays for all consumers
+needing that block.
+
+>>> from graph_tuner.model import load_model
+>>> flow = analyse(load_model("resnet-18"))
+>>> len(flow.convs), sorted({d.kind for d in flow.decisions.values()})
+(21, ['add', 'conv2d', 'plain'])
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.model import Model, Op
+
+# Single-input ops that compute in whatever blocked layout their input has.
+AGNOSTIC_KINDS = frozenset(
+    {"relu", "clip", "batch_norm", "bias_add", "max_pool", "avg_pool", "global_avg_pool", "pad"}
+)
+# Multi-input elementwise/concat ops: decision nodes choosing a common block.
+JOIN_KINDS = frozenset({"add", "multiply", "concat"})
+
+PLAIN = "<plain>"  # pseudo decision op: graph inputs, 2-d tensors, plain-layout consumers
+
+
+@dataclass
+class Decision:
+    """An op whose choice decides a layout: a conv, a join (add/concat), or PLAIN."""
+
+    name: str
+    kind: str  # "conv2d", the join kind, or "plain"
+    channels_in: tuple[int, ...] = ()  # joins: each 4-d input's channel count
+
+
+@dataclass
+class Requirement:
+    """Consumer ``decision`` reads the tensor (once per listed argument)."""
+
+    decision: str
+    via: str  # the consuming op's name (for messages and reports)
+
+
+@dataclass
+class TensorFlow:
+    """A 4-d tensor that some consumer needs in a particular layout."""
+
+    name: str  # producing op
+    shape: tuple[int, int, int, int]
+    source: str  # decision whose choice sets its layout
+    requirements: list[Requirement] = field(default_factory=list)
+
+
+@dataclass
+class LayoutFlow:
+    decisions: dict[str, Decision]  # in topological order, PLAIN first
+    tensors: list[TensorFlow]
+    convs: list[Op]  # in TVM's conv order (the model's)
+
+
+def layout_name(block: int) -> str:
+    """``NCHW`` for block 1 (the same memory order), else ``NCHW{block}c``.
+
+    >>> layout_name(1), layout_name(16)
+    ('NCHW', 'NCHW16c')
+    """
+    return "NCHW" if block == 1 else f"NCHW{block}c"
+
+
+def parse_layout(layout: str) -> int:
+    """The channel block of ``NCHW`` / ``NCHW{x}c``.
+
+    >>> parse_layout("NCHW"), parse_layout("NCHW16c")
+    (1, 16)
+    """
+    if layout == "NCHW":
+        return 1
+    m = re.fullmatch(r"NCHW(\d+)c", layout)
+    if not m:
+        raise ValueError(f"unsupported layout {layout!r}: expected NCHW or NCHW<x>c")
+    return int(m.group(1))
+
+
+def _is_4d(op: Op) -> bool:
+    return len(op.shape) == 4
+
+
+def analyse(model: Model) -> LayoutFlow:
+    """Find the decision ops, each 4-d tensor's source and who needs it in which layout."""
+    decisions: dict[str, Decision] = {PLAIN: Decision(PLAIN, "plain")}
+    source: dict[str, str] = {}  # op name -> decision that sets its output layout
+    needs: dict[str, list[Requirement]] = {}
+
+    def require(tensor: str, decision: str, via: str) -> None:
+        needs.setdefault(tensor, []).append(Requirement(decision, via))
+
+    for op in model.ops:
+        four_d_inputs = [i for i in op.inputs if _is_4d(model.op(i))]
+        if op.kind == "input" or not _is_4d(op) and not four_d_inputs:
+            source[op.name] = PLAIN
+        elif op.kind == "conv2d":
+            decisions[op.name] = Decision(op.name, "conv2d")
+            source[op.name] = op.name
+            require(op.inputs[0], op.name, op.name)
+        elif op.kind in JOIN_KINDS and _is_4d(op):
+            chans = tuple(model.op(i).shape[1] for i in four_d_inputs)
+            decisions[op.name] = Decision(op.name, op.kind, chans)
+            source[op.name] = op.name
+            for i in four_d_inputs:
+                require(i, op.name, op.name)
+        elif op.kind in AGNOSTIC_KINDS and len(four_d_inputs) == 1 and _is_4d(op):
+            source[op.name] = source[four_d_inputs[0]]
+        else:
+            # Anything else reads plain NCHW and writes plain.
+            source[op.name] = PLAIN
+            for i in four_d_inputs:
+                require(i, PLAIN, op.name)
+    for name in model.outputs:
+        if _is_4d(model.op(name)):
+            require(name, PLAIN, "<output>")
+
+    tensors = []
+    for op in model.ops:
+        reqs = needs.get(op.name)
+        if not reqs or not _is_4d(op):
+            continue
+        if source[op.name] == PLAIN and all(r.decision == PLAIN for r in reqs):
+            continue  # plain to plain: nothing to decide or pay
+        tensors.append(TensorFlow(op.name, tuple(op.shape), source[op.name], reqs))
+    convs = model.convs()
+    if not convs:
+        raise GraphTunerError(f"model '{model.name}' has no conv2d layers: nothing to tune")
+    return LayoutFlow(decisions, tensors, convs)

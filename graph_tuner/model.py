@@ -1,0 +1,284 @@
+"""A CNN as a dataflow graph of ops with static shapes: what the graph tuner tunes.
+
+A :class:`Model` holds :class:`Op` records (name, kind, producer names, attrs, output
+shape, parameter shapes) in a ``networkx.DiGraph`` (edge ``u -> v`` when ``v`` reads
+``u``). Models come from the built-in zoo (:mod:`graph_tuner.zoo`) or from ONNX files
+(:mod:`graph_tuner.onnx_import`); :func:`load_model` takes either name.
+
+Conv order
+----------
+:meth:`Model.convs` lists the conv2d ops in the order TVM's compiler visits them: a
+post-order depth-first walk from the outputs (in output order), visiting each op's
+inputs in argument order, each op once. AutoTVM's task extraction and
+``apply_graph_best`` used that order, so an x86 tuning log written in it applies to
+the layers positionally. For a pre-activation residual unit ``add(conv2(conv1(x)),
+sc(x))`` the order is conv1, conv2, sc.
+
+>>> m = load_model("resnet-18")
+>>> len(m.convs()), len(m.distinct_workloads()), m.convs()[0].name
+(21, 12, 'conv0')
+>>> m.workload("conv0").kernel_shape
+(64, 3, 7, 7)
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.shapes import infer_shape
+from kernels.workload import Conv2DWorkload
+
+# Op kind -> its attrs. Shapes are NCHW; 4-element paddings are TVM's
+# [top, left, bottom, right]; 2-element values are (height, width).
+OP_KINDS: dict[str, str] = {
+    "input": "no attrs; Op.shape is the input's shape",
+    "conv2d": "strides (2), padding (4), dilation (2), groups, channels (out), kernel_size (2); "
+    "weights: weight OIHW (I = C/groups) [+ bias (O,)]",
+    "dense": "units; input is 2-d; weights: weight (units, in) [+ bias (units,)]",
+    "batch_norm": "epsilon, axis (=1); weights: gamma, beta, mean, var, each (C,)",
+    "bias_add": "axis (=1); weights: bias (C,)",
+    "relu": "no attrs",
+    "clip": "min, max (relu6 is clip 0..6)",
+    "add": "no attrs; two inputs, numpy broadcasting",
+    "multiply": "no attrs; two inputs, numpy broadcasting",
+    "concat": "axis",
+    "max_pool": "pool_size (2), strides (2), padding (4), ceil_mode",
+    "avg_pool": "pool_size (2), strides (2), padding (4), ceil_mode, count_include_pad",
+    "global_avg_pool": "no attrs; (N, C, H, W) -> (N, C, 1, 1)",
+    "flatten": "axis (=1): (d0..d[axis-1], rest) -> 2-d",
+    "reshape": "shape: the static output shape",
+    "transpose": "perm",
+    "pad": "pad_width: ((before, after), ...) per axis, value (constant padding)",
+    "softmax": "axis",
+}
+
+
+@dataclass
+class Op:
+    """One operator: its output is a tensor named like the op.
+
+    >>> Op("relu1", "relu", ["conv1"], {}, (1, 64, 56, 56))
+    Op(name='relu1', kind='relu', inputs=['conv1'], attrs={}, shape=(1, 64, 56, 56), weights={})
+    """
+
+    name: str  # unique within the model
+    kind: str  # a key of OP_KINDS
+    inputs: list[str]  # producer op names in argument order (duplicates allowed: add(x, x))
+    attrs: dict = field(default_factory=dict)  # see OP_KINDS
+    shape: tuple[int, ...] = ()  # inferred output shape, float32
+    weights: dict[str, tuple[int, ...]] = field(default_factory=dict)  # param name -> shape
+
+
+class Model:
+    """A network: ops in a DAG, with its outputs in order.
+
+    ``initializers`` (op name -> param name -> array) are the trained weights of an
+    imported model; without them :meth:`params` draws seeded random ones.
+
+    >>> ops = [Op("data", "input", [], {}, (1, 3, 8, 8)),
+    ...        Op("c", "conv2d", ["data"], {"strides": (1, 1), "padding": (1, 1, 1, 1),
+    ...           "dilation": (1, 1), "groups": 1, "channels": 4, "kernel_size": (3, 3)},
+    ...           (1, 4, 8, 8), {"weight": (4, 3, 3, 3)}),
+    ...        Op("r", "relu", ["c"], {}, (1, 4, 8, 8))]
+    >>> m = Model("tiny", ops, ["r"])
+    >>> m.batch, m.inputs, [op.name for op in m.consumers("data")], m.flops()
+    (1, ['data'], ['c'], 13824)
+    """
+
+    def __init__(self, name: str, ops: list[Op], outputs: list[str],
+                 initializers: dict[str, dict[str, np.ndarray]] | None = None) -> None:
+        self.name = name
+        self.graph = nx.DiGraph()
+        for op in ops:
+            if op.kind not in OP_KINDS:
+                raise ValueError(f"op {op.name!r}: unknown kind {op.kind!r}")
+            if op.name in self.graph:
+                raise ValueError(f"duplicate op name {op.name!r}")
+            self.graph.add_node(op.name, op=op)
+        for op in ops:
+            for src in op.inputs:
+                if src not in self.graph:
+                    raise ValueError(f"op {op.name!r} reads unknown op {src!r}")
+                self.graph.add_edge(src, op.name)
+        if not nx.is_directed_acyclic_graph(self.graph):
+            raise ValueError(f"model {name!r} has a cycle")
+        for out in outputs:
+            if out not in self.graph:
+                raise ValueError(f"unknown output {out!r}")
+        index = {op.name: i for i, op in enumerate(ops)}
+        self._ops = [self.graph.nodes[n]["op"] for n in nx.lexicographical_topological_sort(self.graph, key=index.get)]
+        for op in self._ops:  # a wrong shape here is a bug in the builder or importer
+            if op.kind != "input":
+                expected = infer_shape(op.kind, op.attrs, [self.op(i).shape for i in op.inputs])
+                if tuple(op.shape) != expected:
+                    raise ValueError(f"op {op.name!r}: shape {op.shape} but its inputs give {expected}")
+        self.outputs = list(outputs)
+        self.inputs = [op.name for op in self._ops if op.kind == "input"]
+        self._initializers = initializers
+
+    def __repr__(self) -> str:
+        return f"<Model {self.name}: {len(self._ops)} ops, {len(self.convs())} convs, input {self.op(self.inputs[0]).shape}>"
+
+    @property
+    def ops(self) -> list[Op]:
+        """All ops in topological order (ties in construction order)."""
+        return list(self._ops)
+
+    @property
+    def batch(self) -> int:
+        return self.op(self.inputs[0]).shape[0]
+
+    def op(self, name: str) -> Op:
+        try:
+            return self.graph.nodes[name]["op"]
+        except KeyError:
+            raise KeyError(f"model {self.name!r} has no op {name!r}") from None
+
+    def consumers(self, name: str) -> list[Op]:
+        """The ops that read ``name``'s output, each once, in topological order."""
+        readers = set(self.graph.successors(name))
+        return [op for op in self._ops if op.name in readers]
+
+    def visit_order(self) -> list[str]:
+        """Op names in TVM's visit order (see the module docstring); dead ops left out."""
+        # Reversed graph whose adjacency is inserted in argument order, so networkx's
+        # DFS follows inputs left to right; a sentinel root visits the outputs in order.
+        root = ("__outputs__",)
+        rev = nx.DiGraph()
+        rev.add_edges_from((root, out) for out in self.outputs)
+        for op in self._ops:
+            rev.add_node(op.name)
+            rev.add_edges_from((op.name, src) for src in op.inputs)
+        return [n for n in nx.dfs_postorder_nodes(rev, root) if n != root]
+
+    def convs(self) -> list[Op]:
+        """The conv2d ops in conv order."""
+        return [self.op(n) for n in self.visit_order() if self.op(n).kind == "conv2d"]
+
+    def workload(self, op: Op | str) -> Conv2DWorkload:
+        """The AutoTVM workload of conv op ``op`` (an Op or its name)."""
+        op = self.op(op) if isinstance(op, str) else op
+        if op.kind != "conv2d":
+            raise ValueError(f"op {op.name!r} is a {op.kind}, not a conv2d")
+        a = op.attrs
+        return Conv2DWorkload(self.op(op.inputs[0]).shape, op.weights["weight"], a["strides"], a["padding"],
+                              a["dilation"], a["groups"])
+
+    def conv_workloads(self) -> list[Conv2DWorkload]:
+        """One workload per conv layer, in conv order."""
+        return [self.workload(op) for op in self.convs()]
+
+    def distinct_workloads(self) -> list[tuple[Conv2DWorkload, int]]:
+        """Each distinct workload with how many layers have it, in order of first appearance."""
+        counts: dict[Conv2DWorkload, int] = {}
+        for w in self.conv_workloads():
+            counts[w] = counts.get(w, 0) + 1
+        return list(counts.items())
+
+    def flops(self) -> int:
+        """Conv and dense FLOPs, a multiply-add counted as two."""
+        dense = sum(2 * math.prod(op.weights["weight"]) * op.shape[0] for op in self._ops if op.kind == "dense")
+        return sum(w.flops for w in self.conv_workloads()) + dense
+
+    def params(self, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+        """Op name -> param name -> float32 array (fresh copies).
+
+        Imported models give their trained initializers. Others get seeded random
+        weights scaled so activations keep a second moment near 1 through any depth:
+        each conv/dense weight is drawn with variance ``1 / (fan_in * m)`` where ``m``
+        is the estimated second moment of its input, and each batch norm's running
+        variance is (roughly) the estimated variance of its input, as in a trained net.
+
+        >>> p = load_model("mobilenet").params(seed=1)
+        >>> p["conv_block_1_conv"]["weight"].shape, bool((p["conv_block_1_bn"]["var"] > 0).all())
+        ((32, 3, 3, 3), True)
+        """
+        if self._initializers is not None:
+            return {op: {k: np.array(v, dtype=np.float32) for k, v in ps.items()}
+                    for op, ps in self._initializers.items()}
+        return _random_params(self._ops, seed)
+
+
+def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+
+    def normal(std: float, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)  # float32: VGG has 140M weights
+    moment_size = {op.name: math.prod(op.shape) for op in ops}
+    moment: dict[str, float] = {}  # op name -> estimated E[x^2] of its output
+    params: dict[str, dict[str, np.ndarray]] = {}
+    for op in ops:
+        m_in = [moment[i] for i in op.inputs]
+        p: dict[str, np.ndarray] = {}
+        if op.kind in ("conv2d", "dense"):
+            w = op.weights["weight"]
+            fan_in = math.prod(w[1:])
+            p["weight"] = normal(math.sqrt(1.0 / (fan_in * max(m_in[0], 1e-6))), w)
+            m = 1.0
+            if "bias" in op.weights:
+                p["bias"] = normal(0.05, op.weights["bias"])
+                m += 0.0025
+        elif op.kind == "batch_norm":
+            (c,) = op.weights["gamma"]
+            p["gamma"] = rng.uniform(0.8, 1.2, c)
+            p["beta"] = normal(0.1, (c,))
+            p["mean"] = normal(0.1 * math.sqrt(m_in[0]), (c,))
+            p["var"] = m_in[0] * rng.uniform(0.8, 1.25, c)
+            m = 1.0
+        elif op.kind == "bias_add":
+            p["bias"] = normal(0.05, op.weights["bias"])
+            m = m_in[0] + 0.0025
+        elif op.kind == "input":
+            m = 1.0
+        elif op.kind in ("relu", "clip"):
+            m = m_in[0] / 2  # a zero-mean symmetric input loses its negative half
+        elif op.kind == "add":
+            m = m_in[0] + m_in[1]
+        elif op.kind == "multiply":
+            m = m_in[0] * m_in[1]
+        elif op.kind == "concat":
+            # Weighted by each part's share of the output.
+            m = sum(mi * moment_size[i] for mi, i in zip(m_in, op.inputs)) / math.prod(op.shape)
+        elif op.kind == "softmax":
+            m = 1.0 / op.shape[op.attrs.get("axis", -1)]
+        else:  # pools, reshapes, pad: roughly unchanged
+            m = m_in[0]
+        if p:
+            params[op.name] = {k: v.astype(np.float32, copy=False) for k, v in p.items()}
+        moment[op.name] = m
+    return params
+
+
+def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
+    """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model.
+
+    ``batch`` defaults to 1 for zoo models and to the file's own batch (1 if
+    dynamic) for ONNX files.
+
+    >>> load_model("vgg-16", batch=2).op("data").shape
+    (2, 3, 224, 224)
+    >>> load_model("resnet-17")
+    Traceback (most recent call last):
+    ...
+    graph_tuner.errors.GraphTunerError: unknown model 'resnet-17'; give an .onnx file or one of: resnet-18, ...
+    """
+    if isinstance(spec, Model):
+        return spec
+    from graph_tuner.zoo import MODEL_NAMES, get_model
+
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise GraphTunerError(f"batch must be a positive integer, got {batch!r}")
+    text = os.fspath(spec)
+    if text in MODEL_NAMES:
+        return get_model(text, batch=batch or 1)
+    if text.lower().endswith(".onnx") or Path(text).is_file():
+        from graph_tuner.onnx_import import load_onnx
+
+        return load_onnx(text, batch=batch)
+    raise GraphTunerError(f"unknown model {text!r}; give an .onnx file or one of: {', '.join(MODEL_NAMES)}")

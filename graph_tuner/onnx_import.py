@@ -1,0 +1,346 @@
+"""Import an ONNX CNN as a :class:`~graph_tuner.model.Model`, initializers as weights.
+
+Supported ops: Conv, Gemm, MatMul (with a constant right operand), BatchNormalization,
+Relu, Clip, Add, Mul, Concat, MaxPool, AveragePool, GlobalAveragePool, Flatten,
+Reshape, Transpose, Pad (constant), Softmax, Constant, and Identity/Dropout (removed).
+``Add`` of a per-channel constant becomes ``bias_add``. Shapes come from our own
+per-op inference (:mod:`graph_tuner.shapes`), cross-checked against
+``onnx.shape_inference`` where it knows them. A dynamic batch dimension becomes
+``batch`` (default 1); any other dynamic dimension is an error.
+
+Every problem with the file is a one-line :class:`GraphTunerError` naming the file,
+the node and what to do.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper, shape_inference
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.model import Model, Op
+from graph_tuner.shapes import infer_shape
+
+SUPPORTED_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Add", "Mul", "Concat",
+                 "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Pad",
+                 "Softmax", "Constant", "Identity", "Dropout")
+
+
+class _Importer:
+    def __init__(self, path: str, graph: onnx.GraphProto, batch: int | None, opset: int) -> None:
+        self.file = Path(path).name
+        self.graph = graph
+        self.batch = batch
+        self.opset = opset
+        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        self.alias: dict[str, str] = {}  # ONNX tensor name -> op name producing it
+        self.ops: dict[str, Op] = {}
+        self.params: dict[str, dict[str, np.ndarray]] = {}
+
+    def fail(self, node: onnx.NodeProto | None, what: str) -> GraphTunerError:
+        where = f"node '{node.name or node.output[0]}' ({node.op_type})" if node is not None else "graph"
+        return GraphTunerError(f"{self.file}: {where}: {what}")
+
+    # -- inputs and constants -------------------------------------------------
+
+    def add_inputs(self) -> None:
+        for vi in self.graph.input:
+            if vi.name in self.consts:
+                continue  # old exporters list initializers as inputs too
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape"):
+                raise GraphTunerError(f"{self.file}: input '{vi.name}' has no shape; export with static input shapes")
+            dims = []
+            for axis, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(d.dim_value)
+                elif axis == 0:
+                    dims.append(self.batch or 1)
+                else:
+                    raise GraphTunerError(f"{self.file}: input '{vi.name}' has dynamic dimension {axis} "
+                                          f"('{d.dim_param or '?'}'); export the model with static shapes")
+            if self.batch is not None and dims and dims[0] != self.batch:
+                raise GraphTunerError(f"{self.file}: input '{vi.name}' has a fixed batch of {dims[0]}, not "
+                                      f"{self.batch}; export with a dynamic batch dimension or use batch {dims[0]}")
+            if tt.elem_type != onnx.TensorProto.FLOAT:
+                raise GraphTunerError(f"{self.file}: input '{vi.name}' is not float32; export a float32 model")
+            self.ops[vi.name] = Op(vi.name, "input", [], {}, tuple(dims), {})
+            self.alias[vi.name] = vi.name
+
+    def const(self, node: onnx.NodeProto, name: str, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise self.fail(node, f"{what} '{name}' must be a constant (initializer); export with constant folding")
+        return self.consts[name]
+
+    def producer(self, node: onnx.NodeProto, name: str) -> str:
+        if name not in self.alias:
+            if name in self.consts:
+                raise self.fail(node, f"constant input '{name}' is not supported here; export with constant folding")
+            raise self.fail(node, f"reads unknown tensor '{name}'")
+        return self.alias[name]
+
+    def shape(self, node: onnx.NodeProto, i: int = 0) -> tuple[int, ...]:
+        return self.ops[self.producer(node, node.input[i])].shape
+
+    # -- emitting ops ---------------------------------------------------------
+
+    def emit(self, node: onnx.NodeProto, kind: str, inputs: list[str], attrs: dict | None = None,
+             params: dict[str, np.ndarray] | None = None) -> None:
+        name = node.name or node.output[0]
+        while name in self.ops:
+            name += "_"
+        attrs = attrs or {}
+        params = {k: np.asarray(v, dtype=np.float32) for k, v in (params or {}).items()}
+        try:
+            shape = infer_shape(kind, attrs, [self.ops[i].shape for i in inputs])
+        except ValueError as e:
+            raise self.fail(node, f"{e}; check the exported model") from None
+        self.ops[name] = Op(name, kind, inputs, attrs, shape, {k: tuple(v.shape) for k, v in params.items()})
+        if params:
+            self.params[name] = params
+        self.alias[node.output[0]] = name
+
+    def run(self) -> None:
+        self.add_inputs()
+        for node in self.graph.node:
+            handler = getattr(self, f"op_{node.op_type}", None)
+            if node.domain not in ("", "ai.onnx") or handler is None:
+                raise self.fail(node, f"op {node.op_type} is not supported; supported ops: "
+                                      f"{', '.join(SUPPORTED_OPS)}; export the model without it")
+            handler(node, {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute})
+
+    # -- helpers for windowed ops --------------------------------------------
+
+    def window(self, node: onnx.NodeProto, a: dict, kernel: tuple[int, int]) -> dict:
+        x = self.shape(node)
+        if len(x) != 4 or len(kernel) != 2:
+            raise self.fail(node, f"only 2-d {node.op_type} on NCHW tensors is supported, got input {x}")
+        strides = tuple(a.get("strides", (1, 1)))
+        dilation = tuple(a.get("dilations", (1, 1)))
+        auto_pad = a.get("auto_pad", b"NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+        if auto_pad in ("NOTSET", "VALID"):
+            pads = tuple(a.get("pads", (0, 0, 0, 0))) if auto_pad == "NOTSET" else (0, 0, 0, 0)
+        else:  # SAME_UPPER / SAME_LOWER: output = ceil(input / stride)
+            begin, end = [], []
+            for size, k, s, d in zip(x[2:], kernel, strides, dilation):
+                total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+                small, big = total // 2, total - total // 2
+                begin.append(small if auto_pad == "SAME_UPPER" else big)
+                end.append(big if auto_pad == "SAME_UPPER" else small)
+            pads = (begin[0], begin[1], end[0], end[1])
+        # ONNX pads are [h_begin, w_begin, h_end, w_end]: TVM's [top, left, bottom, right].
+        return {"strides": strides, "padding": tuple(int(p) for p in pads), "dilation": dilation}
+
+    # -- op handlers ----------------------------------------------------------
+
+    def op_Conv(self, node, a):
+        w = self.const(node, node.input[1], "weight")
+        if w.ndim != 4:
+            raise self.fail(node, f"only 2-d convolutions are supported, got a {w.ndim - 2}-d kernel")
+        win = self.window(node, a, w.shape[2:])
+        attrs = {"strides": win["strides"], "padding": win["padding"], "dilation": win["dilation"],
+                 "groups": int(a.get("group", 1)), "channels": int(w.shape[0]), "kernel_size": tuple(w.shape[2:])}
+        params = {"weight": w}
+        if len(node.input) > 2 and node.input[2]:
+            params["bias"] = self.const(node, node.input[2], "bias")
+        if w.shape[1] * attrs["groups"] != self.shape(node)[1]:
+            raise self.fail(node, f"kernel {w.shape} with group={attrs['groups']} does not fit input {self.shape(node)}")
+        self.emit(node, "conv2d", [self.producer(node, node.input[0])], attrs, params)
+
+    def op_Gemm(self, node, a):
+        if a.get("transA", 0):
+            raise self.fail(node, "transA=1 is not supported; export without transposing the input")
+        w = self.const(node, node.input[1], "weight") * a.get("alpha", 1.0)
+        w = w if a.get("transB", 0) else w.T  # dense weight is [out, in]
+        params = {"weight": w}
+        if len(node.input) > 2 and node.input[2]:
+            c = np.asarray(self.const(node, node.input[2], "bias")) * a.get("beta", 1.0)
+            params["bias"] = np.broadcast_to(c.reshape(-1) if c.size == w.shape[0] else c, (w.shape[0],))
+        self.dense(node, params)
+
+    def op_MatMul(self, node, a):
+        self.dense(node, {"weight": self.const(node, node.input[1], "right operand").T})
+
+    def dense(self, node, params):
+        x = self.shape(node)
+        if len(x) != 2 or params["weight"].ndim != 2 or params["weight"].shape[1] != x[1]:
+            raise self.fail(node, f"only 2-d inputs times a 2-d constant are supported, got {x} and "
+                                  f"weight {params['weight'].shape}; flatten first")
+        self.emit(node, "dense", [self.producer(node, node.input[0])], {"units": int(params["weight"].shape[0])},
+                  params)
+
+    def op_BatchNormalization(self, node, a):
+        names = ("gamma", "beta", "mean", "var")
+        params = {n: self.const(node, i, n) for n, i in zip(names, node.input[1:5])}
+        self.emit(node, "batch_norm", [self.producer(node, node.input[0])],
+                  {"epsilon": float(a.get("epsilon", 1e-5)), "axis": 1}, params)
+
+    def op_Relu(self, node, a):
+        self.emit(node, "relu", [self.producer(node, node.input[0])])
+
+    def op_Clip(self, node, a):
+        lo, hi = a.get("min", -np.inf), a.get("max", np.inf)
+        if len(node.input) > 1 and node.input[1]:
+            lo = float(self.const(node, node.input[1], "min"))
+        if len(node.input) > 2 and node.input[2]:
+            hi = float(self.const(node, node.input[2], "max"))
+        self.emit(node, "clip", [self.producer(node, node.input[0])], {"min": float(lo), "max": float(hi)})
+
+    def op_Softmax(self, node, a):
+        x = self.shape(node)
+        axis = int(a.get("axis", 1 if self.opset < 13 else -1)) % len(x)
+        if self.opset < 13 and axis != len(x) - 1:
+            raise self.fail(node, "softmax over a flattened tail (opset < 13) is only supported on the last axis; "
+                                  "export with opset >= 13")
+        self.emit(node, "softmax", [self.producer(node, node.input[0])], {"axis": axis})
+
+    def op_Add(self, node, a):
+        self.binary(node, "add")
+
+    def op_Mul(self, node, a):
+        self.binary(node, "multiply")
+
+    def binary(self, node, kind):
+        x = self.shape(node) if node.input[0] in self.alias else ()
+        c = self.consts.get(node.input[1])
+        if kind == "add" and c is not None and len(x) >= 2 and c.ndim <= len(x) \
+                and (1,) * (len(x) - c.ndim) + c.shape == (1, x[1]) + (1,) * (len(x) - 2):
+            # A per-channel constant: a bias (as exporters write conv/dense biases).
+            self.emit(node, "bias_add", [self.producer(node, node.input[0])], {"axis": 1}, {"bias": c.reshape(-1)})
+            return
+        self.emit(node, kind, [self.producer(node, i) for i in node.input[:2]])
+
+    def op_Concat(self, node, a):
+        self.emit(node, "concat", [self.producer(node, i) for i in node.input], {"axis": int(a["axis"])})
+
+    def op_MaxPool(self, node, a):
+        self.pool(node, a, "max_pool")
+
+    def op_AveragePool(self, node, a):
+        self.pool(node, a, "avg_pool")
+
+    def pool(self, node, a, kind):
+        if len(node.output) > 1 and node.output[1]:
+            raise self.fail(node, "MaxPool indices output is not supported; export without it")
+        kernel = tuple(a["kernel_shape"])
+        win = self.window(node, a, kernel)
+        if win["dilation"] != (1, 1):
+            raise self.fail(node, "dilated pooling is not supported")
+        attrs = {"pool_size": kernel, "strides": win["strides"], "padding": win["padding"],
+                 "ceil_mode": bool(a.get("ceil_mode", 0))}
+        if kind == "avg_pool":
+            attrs["count_include_pad"] = bool(a.get("count_include_pad", 0))
+        self.emit(node, kind, [self.producer(node, node.input[0])], attrs)
+
+    def op_GlobalAveragePool(self, node, a):
+        self.emit(node, "global_avg_pool", [self.producer(node, node.input[0])])
+
+    def op_Flatten(self, node, a):
+        self.emit(node, "flatten", [self.producer(node, node.input[0])], {"axis": int(a.get("axis", 1))})
+
+    def op_Reshape(self, node, a):
+        x = self.shape(node)
+        target = [int(d) for d in self.const(node, node.input[1], "shape")]
+        target = [x[i] if d == 0 and not a.get("allowzero", 0) else d for i, d in enumerate(target)]
+        if target.count(-1) == 1:
+            known = math.prod(d for d in target if d != -1)
+            target[target.index(-1)] = math.prod(x) // known if known else 0
+        self.emit(node, "reshape", [self.producer(node, node.input[0])], {"shape": tuple(target)})
+
+    def op_Transpose(self, node, a):
+        perm = tuple(a.get("perm", range(len(self.shape(node)) - 1, -1, -1)))
+        self.emit(node, "transpose", [self.producer(node, node.input[0])], {"perm": perm})
+
+    def op_Pad(self, node, a):
+        mode = a.get("mode", b"constant")
+        if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+            raise self.fail(node, f"pad mode {mode!r} is not supported; only constant padding is")
+        pads = a.get("pads")
+        value = a.get("value", 0.0)
+        if pads is None:
+            pads = self.const(node, node.input[1], "pads").tolist()
+            if len(node.input) > 2 and node.input[2]:
+                value = float(self.const(node, node.input[2], "constant_value"))
+        if len(node.input) > 3 and node.input[3]:
+            raise self.fail(node, "Pad with axes is not supported; export with opset <= 17")
+        rank = len(pads) // 2
+        widths = tuple((int(pads[i]), int(pads[i + rank])) for i in range(rank))
+        if min(min(w) for w in widths) < 0:
+            raise self.fail(node, "negative pads (cropping) are not supported")
+        self.emit(node, "pad", [self.producer(node, node.input[0])], {"pad_width": widths, "value": float(value)})
+
+    def op_Constant(self, node, a):
+        if "value" not in a:
+            raise self.fail(node, "only Constant with a tensor 'value' is supported")
+        self.consts[node.output[0]] = numpy_helper.to_array(a["value"])
+
+    def op_Identity(self, node, a):
+        src = node.input[0]
+        if src in self.consts:
+            self.consts[node.output[0]] = self.consts[src]
+        else:
+            self.alias[node.output[0]] = self.producer(node, src)
+
+    op_Dropout = op_Identity
+
+
+def load_onnx(path: str | os.PathLike, batch: int | None = None) -> Model:
+    """Read ``path`` (an ONNX CNN) into a Model; ``batch`` fills a dynamic batch dim.
+
+    >>> load_onnx("/no/such/model.onnx")
+    Traceback (most recent call last):
+    ...
+    graph_tuner.errors.GraphTunerError: /no/such/model.onnx: no such file
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise GraphTunerError(f"{path}: no such file")
+    try:
+        proto = onnx.load(path)
+    except Exception as e:  # protobuf raises DecodeError, RuntimeError, ... on bad bytes
+        raise GraphTunerError(f"{path}: not a readable ONNX model ({type(e).__name__}); "
+                              "the file may be truncated or corrupt, export it again") from None
+    if not proto.graph.node:
+        raise GraphTunerError(f"{path}: the ONNX graph has no nodes; the file may be truncated or corrupt")
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    imp = _Importer(path, proto.graph, batch, opset)
+    imp.run()
+    outputs = []
+    for vi in proto.graph.output:
+        if vi.name not in imp.alias:
+            raise GraphTunerError(f"{Path(path).name}: output '{vi.name}' is not computed by a supported op")
+        outputs.append(imp.alias[vi.name])
+    _check_against_onnx(proto, imp)
+    name = proto.graph.name or Path(path).stem
+    ops = list(imp.ops.values())
+    used = {i for op in ops for i in op.inputs} | set(outputs)
+    ops = [op for op in ops if op.kind != "input" or op.name in used]  # drop unused inputs
+    return Model(name, ops, outputs, initializers=imp.params)
+
+
+def _check_against_onnx(proto: onnx.ModelProto, imp: _Importer) -> None:
+    """Compare our shapes with onnx's inference where it knows them (catches misreads)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    for vi in fixed.graph.input:
+        if vi.name in imp.ops:
+            for d, n in zip(vi.type.tensor_type.shape.dim, imp.ops[vi.name].shape):
+                d.dim_value = n
+    try:
+        inferred = shape_inference.infer_shapes(fixed).graph
+    except Exception:  # onnx cannot infer this model; ours stands
+        return
+    for vi in list(inferred.value_info) + list(inferred.output):
+        op = imp.ops.get(imp.alias.get(vi.name, ""))
+        dims = vi.type.tensor_type.shape.dim
+        if op is None or not dims or not all(d.HasField("dim_value") for d in dims):
+            continue
+        theirs = tuple(d.dim_value for d in dims)
+        if theirs != op.shape:
+            raise GraphTunerError(f"{imp.file}: tensor '{vi.name}': onnx infers shape {theirs} but the ops give "
+                                  f"{op.shape}; check the exported model")

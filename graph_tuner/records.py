@@ -1,0 +1,485 @@
+"""AutoTVM tuning records: read every log format, write back what was read.
+
+Formats read (one JSON object per record; several per line are fine):
+
+* v0.1 -- ``{"i": [target, task, args, kwargs, workload, config], "r": result, "v": 0.1}``
+  with ``config = {"i": index, "c": code_hash, "t": template_key, "e": entity}``
+  (TVM <= 0.6, including the 2018 RFC ``topi_x86_conv2d_NCHWc`` argument list
+  ``[data, kernel, num_filter, kernel_size, strides, padding(2), layout, out_layout, dtype]``);
+* v0.2 -- ``{"input": [target, task, args, kwargs], "config": {"index", "code_hash",
+  "entity"}, "result": result, "version": 0.2, "tvm_version": ...}`` (TVM >= 0.7);
+
+where ``result = [costs, error_no, all_cost, timestamp]``. ``#`` comments and blank
+lines are skipped, typographic quotes from web pages are straightened, records with
+``error_no != 0`` and tasks we do not know are skipped and counted. Each conv record
+becomes a :class:`Record` with a normalised :class:`~kernels.workload.Conv2DWorkload`;
+``layout_transform`` records become :class:`TransformRecord`.
+
+Writing: :func:`format_record` writes the record's original JSON (same version, same
+content and key order) or converts v0.1 -> v0.2. The conversion changes the envelope
+only -- task name, arguments and config index are kept: renaming
+``topi_x86_conv2d_NCHWc`` to ``conv2d_NCHWc.x86`` would change the argument list and
+the index space (``kernels.config_space``), which is re-tuning, not conversion. That is
+also what TVM itself does when it re-encodes an old record. :func:`make_conv2d_record`
+and :func:`make_transform_record` build TVM >= 0.7 records for our own tuner.
+
+>>> line = ('{"input": ["llvm -mcpu=skylake-avx512", "conv2d_NCHWc.x86", [["TENSOR", [1, 64, 56, 56], "float32"], '
+...         '["TENSOR", [64, 64, 3, 3], "float32"], [1, 1], [1, 1, 1, 1], [1, 1], "NCHW", "NCHW", "float32"], {}], '
+...         '"config": {"index": 82, "code_hash": null, "entity": [["tile_ic", "sp", [-1, 32]], '
+...         '["tile_oc", "sp", [-1, 16]], ["tile_ow", "sp", [-1, 2]], ["unroll_kw", "ot", true]]}, '
+...         '"result": [[0.0021, 0.0023], 0, 1.5, 1581437816.7], "version": 0.2, "tvm_version": "0.7.0"}')
+>>> log = read_records([line])
+>>> rec = log.records[0]
+>>> rec.task_name, rec.workload.padding, rec.entity["tile_oc"], round(rec.time, 6)
+('conv2d_NCHWc.x86', (1, 1, 1, 1), [-1, 16], 0.0022)
+>>> format_record(rec) == line
+True
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time as _time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from graph_tuner.errors import GraphTunerError
+from kernels.workload import Conv2DWorkload
+
+# Task names by template family, across TVM versions.
+X86_CONV2D_TASKS = frozenset({"topi_x86_conv2d_NCHWc", "conv2d_NCHWc.x86"})
+X86_DEPTHWISE_TASKS = frozenset({"topi_x86_depthwise_conv2d_NCHWc_from_nchw", "depthwise_conv2d_NCHWc.x86"})
+X86_TASKS = X86_CONV2D_TASKS | X86_DEPTHWISE_TASKS
+CUDA_CONV2D_TASKS = frozenset({
+    "topi_nn_conv2d",
+    "topi_nn_depthwise_conv2d_nchw",
+    "conv2d_nchw.cuda",
+    "conv2d_nchw_winograd.cuda",
+    "conv2d_cudnn.cuda",
+    "depthwise_conv2d_nchw.cuda",
+    "group_conv2d_nchw.cuda",
+})
+CONV2D_TASKS = X86_TASKS | CUDA_CONV2D_TASKS
+DEPTHWISE_TASKS = frozenset(t for t in CONV2D_TASKS if "depthwise" in t)
+LAYOUT_TRANSFORM_TASK = "layout_transform"
+
+# What we write: TVM >= 0.7's record format and task names. The version string names the
+# TVM whose conv2d_NCHWc.x86 index space (kernels.config_space, "verbose" tile_ow) we match.
+TVM_VERSION = "0.10.0"
+
+_TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": '"', "\u2019": '"'})
+
+
+@dataclass
+class Record:
+    """One successful conv2d measurement from an AutoTVM log.
+
+    ``entity`` maps knob name -> value as written (``[-1, inner]`` or ``[outer, inner]``
+    for splits). ``raw`` is the parsed JSON object, so writing keeps the input's content;
+    ``source`` is ``"file:line"``. Neither takes part in equality.
+    """
+
+    target: str
+    task_name: str
+    workload: Conv2DWorkload
+    config_index: int
+    entity: dict[str, Any]
+    costs: tuple[float, ...]
+    error_no: int
+    version: float  # 0.1 or 0.2
+    source: str = field(default="", compare=False)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def time(self) -> float:
+        """Mean measured cost in seconds."""
+        return statistics.fmean(self.costs)
+
+    @property
+    def target_kind(self) -> str:
+        """``"llvm"``, ``"cuda"``, ...: the first word of the target string."""
+        return target_kind(self.target)
+
+
+@dataclass
+class TransformRecord:
+    """A measured ``layout_transform`` of a float32 tensor ``shape`` (``src_layout`` -> ``dst_layout``)."""
+
+    target: str
+    shape: tuple[int, ...]
+    src_layout: str
+    dst_layout: str
+    costs: tuple[float, ...]
+    error_no: int
+    version: float
+    source: str = field(default="", compare=False)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def time(self) -> float:
+        """Mean measured cost in seconds."""
+        return statistics.fmean(self.costs)
+
+    @property
+    def target_kind(self) -> str:
+        return target_kind(self.target)
+
+
+@dataclass
+class RecordLog:
+    """What :func:`read_records` found: usable records plus counts of what it skipped."""
+
+    records: list[Record] = field(default_factory=list)
+    transforms: list[TransformRecord] = field(default_factory=list)
+    skipped_bad: int = 0  # malformed lines/records (only with skip_bad_lines=True)
+    skipped_error: int = 0  # measurements with error_no != 0
+    unknown_tasks: Counter = field(default_factory=Counter)  # task name -> records skipped
+    warnings: list[str] = field(default_factory=list)  # one per skipped bad line
+
+    @property
+    def skipped_unknown_task(self) -> int:
+        return sum(self.unknown_tasks.values())
+
+    def summary(self) -> str:
+        """One line for the user, e.g. ``21 conv records, 0 transforms; skipped: ...``."""
+        parts = [f"{len(self.records)} conv records", f"{len(self.transforms)} layout transforms"]
+        skipped = [f"{self.skipped_error} failed measurements"] if self.skipped_error else []
+        if self.unknown_tasks:
+            names = ", ".join(sorted(self.unknown_tasks))
+            skipped.append(f"{self.skipped_unknown_task} of unknown tasks ({names})")
+        if self.skipped_bad:
+            skipped.append(f"{self.skipped_bad} malformed")
+        return "; ".join(parts) + (f"; skipped {', '.join(skipped)}" if skipped else "")
+
+
+def target_kind(target: str) -> str:
+    """The target's kind, e.g. ``"llvm"`` for ``"llvm -mcpu=skylake-avx512"``.
+
+    >>> target_kind("cuda -model=unknown"), target_kind(" llvm")
+    ('cuda', 'llvm')
+    """
+    words = target.split()
+    return words[0] if words else ""
+
+
+class _BadRecord(ValueError):
+    """A JSON object that is not a usable AutoTVM record; the message says why."""
+
+
+def read_records(
+    source: str | os.PathLike | Iterable[str | Mapping | Record | TransformRecord],
+    *,
+    skip_bad_lines: bool = False,
+) -> RecordLog:
+    """Read AutoTVM records from a log file path, or from lines / dicts / records.
+
+    A ``str`` is a path. A malformed line raises :class:`GraphTunerError` naming
+    ``file:line``; with ``skip_bad_lines=True`` it is counted and a warning kept instead.
+
+    >>> log = read_records(["# comment", "", '{"i": ["llvm", "dense_nopack.x86", [], {}, [], '
+    ...                     '{"i": 0, "c": null, "e": []}], "r": [[1e-3], 0, 0, 0], "v": 0.1}'])
+    >>> len(log.records), dict(log.unknown_tasks)
+    (0, {'dense_nopack.x86': 1})
+    """
+    log = RecordLog()
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
+        items: Iterable = text.splitlines()
+        name = str(path)
+    else:
+        items, name = source, "<records>"
+    for lineno, item in enumerate(items, 1):
+        if isinstance(item, (Record, TransformRecord)):
+            _keep(log, item)
+        elif isinstance(item, Mapping):
+            _add_object(log, item, f"{name}:{lineno}", skip_bad_lines)
+        else:
+            _add_line(log, item, name, lineno, skip_bad_lines)
+    return log
+
+
+def _keep(log: RecordLog, rec: Record | TransformRecord) -> None:
+    if rec.error_no != 0:
+        log.skipped_error += 1
+    elif isinstance(rec, TransformRecord):
+        log.transforms.append(rec)
+    else:
+        log.records.append(rec)
+
+
+def _bad(log: RecordLog, where: str, reason: str, skip: bool) -> None:
+    message = f"{where}: not a valid AutoTVM record ({reason}); fix the line or pass --skip-bad-lines"
+    if not skip:
+        raise GraphTunerError(message)
+    log.skipped_bad += 1
+    log.warnings.append(message)
+
+
+def _add_line(log: RecordLog, line: str, name: str, lineno: int, skip: bool) -> None:
+    text = line.translate(_TYPOGRAPHIC_QUOTES).strip()
+    if not text or text.startswith("#"):
+        return
+    where = f"{name}:{lineno}"
+    decoder = json.JSONDecoder()
+    pos = 0
+    while pos < len(text):  # several records may share a line (pasted logs)
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            return _bad(log, where, e.msg, skip)
+        if not isinstance(obj, dict):
+            return _bad(log, where, f"expected a JSON object, got {type(obj).__name__}", skip)
+        _add_object(log, obj, where, skip)
+        pos = end
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+
+
+def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
+    try:
+        env = _envelope(obj)
+        if env["error_no"] != 0:
+            log.skipped_error += 1
+        elif env["task"] == LAYOUT_TRANSFORM_TASK:
+            log.transforms.append(_transform(env, obj, where))
+        elif env["task"] not in CONV2D_TASKS:
+            log.unknown_tasks[env["task"]] += 1
+        else:
+            log.records.append(_conv_record(env, obj, where))
+    except _BadRecord as e:
+        _bad(log, where, str(e), skip)
+
+
+def _envelope(obj: Mapping) -> dict[str, Any]:
+    """The version-independent parts of a record, checked for shape."""
+    try:
+        if "i" in obj and "r" in obj:  # v0.1
+            target, task, args, kwargs, _workload, config = obj["i"]
+            index, entity = config["i"], config["e"]
+            version = float(obj.get("v", 0.1))
+            result = obj["r"]
+        elif "input" in obj and "result" in obj:  # v0.2
+            target, task, args, kwargs = obj["input"]
+            index, entity = obj["config"]["index"], obj["config"]["entity"]
+            version = float(obj.get("version", 0.2))
+            result = obj["result"]
+        else:
+            raise _BadRecord("neither a v0.1 ('i', 'r') nor a v0.2 ('input', 'result') record")
+        costs, error_no = result[0], result[1]
+        costs = tuple(float(c) for c in costs)
+        entity = {str(name): value for name, _kind, value in entity}
+    except _BadRecord:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise _BadRecord(f"unexpected record structure: {type(e).__name__}: {e}") from None
+    if not isinstance(task, str) or not isinstance(target, str) or not isinstance(args, list):
+        raise _BadRecord("target and task name must be strings and args a list")
+    if not costs:
+        raise _BadRecord("no measured costs")
+    return dict(target=target, task=task, args=args, kwargs=kwargs, index=int(index), entity=entity,
+                costs=costs, error_no=int(error_no), version=version)
+
+
+def _tensor(arg: Any, what: str) -> list[int]:
+    if not (isinstance(arg, list) and len(arg) == 3 and arg[0] == "TENSOR" and isinstance(arg[1], list)):
+        raise _BadRecord(f"{what} is not a [\"TENSOR\", shape, dtype] argument")
+    return [int(x) for x in arg[1]]
+
+
+def _pair(value: Any, what: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(x, int) for x in value):
+        return value[0], value[1]
+    raise _BadRecord(f"{what} {value!r} is not an int or a pair")
+
+
+def normalize_padding(padding: Any) -> tuple[int, int, int, int]:
+    """TVM padding forms -> ``(top, left, bottom, right)``.
+
+    >>> normalize_padding(1), normalize_padding([1, 2]), normalize_padding([0, 1, 2, 3])
+    ((1, 1, 1, 1), (1, 2, 1, 2), (0, 1, 2, 3))
+    """
+    if isinstance(padding, int):
+        return (padding,) * 4
+    if isinstance(padding, (list, tuple)) and all(isinstance(x, int) for x in padding):
+        if len(padding) == 2:
+            return padding[0], padding[1], padding[0], padding[1]
+        if len(padding) == 4:
+            return tuple(padding)  # type: ignore[return-value]
+    raise ValueError(f"padding {padding!r} is not an int, [pad_h, pad_w] or [top, left, bottom, right]")
+
+
+def _conv_workload(task: str, args: list) -> Conv2DWorkload:
+    """Normalise a conv task's argument list (any TVM version) to a workload."""
+    if len(args) < 4:
+        raise _BadRecord(f"{task} needs at least data, kernel, strides, padding; got {len(args)} arguments")
+    data = _tensor(args[0], "data")
+    kernel = _tensor(args[1], "kernel")
+    rest = args[2:]
+    if len(args) == 9 and isinstance(rest[0], int) and isinstance(rest[1], list):
+        # 2018 RFC: data, kernel, num_filter, kernel_size, strides, padding, layout, out_layout, dtype
+        strides, padding, dilation, rest = rest[2], rest[3], [1, 1], rest[4:]
+    else:  # TVM >= 0.6: data, kernel, strides, padding, dilation, [groups], [layouts], dtype
+        strides, padding = rest[0], rest[1]
+        has_dilation = len(rest) > 2 and isinstance(rest[2], (int, list))
+        dilation = rest[2] if has_dilation else [1, 1]
+        rest = rest[3:] if has_dilation else rest[2:]
+    strings = [a for a in rest if isinstance(a, str)]
+    layout = strings[0] if len(strings) > 1 else "NCHW"  # a lone string is the dtype
+    out_dtype = strings[-1] if strings else "float32"
+    if task in DEPTHWISE_TASKS and len(kernel) == 4:
+        # Depthwise kernels are [C, multiplier, kh, kw]; as OIHW that is [C * m, 1, kh, kw].
+        kernel = [kernel[0] * kernel[1], 1, kernel[2], kernel[3]]
+    try:
+        groups = data[1] // kernel[1] if len(data) == 4 and len(kernel) == 4 and kernel[1] else 0
+        return Conv2DWorkload(
+            tuple(data), tuple(kernel), _pair(strides, "strides"), normalize_padding(padding),
+            _pair(dilation, "dilation"), groups, layout, out_dtype,
+        )
+    except ValueError as e:
+        raise _BadRecord(str(e)) from None
+
+
+def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
+    return Record(
+        target=env["target"], task_name=env["task"], workload=_conv_workload(env["task"], env["args"]),
+        config_index=env["index"], entity=env["entity"], costs=env["costs"], error_no=env["error_no"],
+        version=env["version"], source=where, raw=dict(obj),
+    )
+
+
+def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
+    args = env["args"]
+    if len(args) != 3 or not all(isinstance(a, str) for a in args[1:]):
+        raise _BadRecord("layout_transform needs [tensor, src_layout, dst_layout] arguments")
+    return TransformRecord(
+        target=env["target"], shape=tuple(_tensor(args[0], "layout_transform input")),
+        src_layout=args[1], dst_layout=args[2], costs=env["costs"], error_no=env["error_no"],
+        version=env["version"], source=where, raw=dict(obj),
+    )
+
+
+# --- writing ----------------------------------------------------------------------------
+
+
+def _version(version: Any) -> float:
+    text = str(version).lstrip("v")
+    if text not in ("0.1", "0.2"):
+        raise ValueError(f"unknown AutoTVM log version {version!r}; use 0.1 or 0.2")
+    return float(text)
+
+
+def to_v02(obj: Mapping, tvm_version: str = TVM_VERSION) -> dict:
+    """Convert a v0.1 record object to v0.2 (same target, task, args, kwargs, config, result).
+
+    The v0.1 workload tuple and template key (``"t"``) have no place in v0.2 and are dropped,
+    as TVM drops them. A v0.2 object is returned unchanged.
+    """
+    if "input" in obj:
+        return dict(obj)
+    target, task, args, kwargs, _workload, config = obj["i"]
+    return {
+        "input": [target, task, args, kwargs],
+        "config": {"index": config["i"], "code_hash": config.get("c"), "entity": config["e"]},
+        "result": obj["r"],
+        "version": 0.2,
+        "tvm_version": tvm_version,
+    }
+
+
+def format_record(rec: Record | TransformRecord | Mapping, version: Any = None) -> str:
+    """One JSON line (straight quotes, no newline) for a record.
+
+    Without ``version`` the record is written as read (same version, keys, values).
+    ``version="v0.2"`` / ``0.2`` converts a v0.1 record (see :func:`to_v02`); converting
+    v0.2 -> v0.1 is not supported (v0.1 needs TVM's workload tuple, which v0.2 lacks).
+    """
+    obj = rec if isinstance(rec, Mapping) else rec.raw
+    if not obj:
+        raise ValueError("record has no JSON object to write; build it with make_conv2d_record")
+    current = 0.2 if "input" in obj else 0.1
+    wanted = current if version is None else _version(version)
+    if wanted == 0.2:
+        obj = to_v02(obj)
+    elif current == 0.2:
+        raise ValueError("cannot write a v0.2 record as v0.1 (no workload tuple); write v0.2")
+    return json.dumps(obj)
+
+
+def make_conv2d_record(
+    workload: Conv2DWorkload,
+    entity: Mapping[str, Any] | Sequence[Sequence],
+    index: int,
+    costs: Sequence[float] | float,
+    target: str,
+    *,
+    error_no: int = 0,
+    all_cost: float = 0.0,
+    timestamp: float | None = None,
+) -> dict:
+    """A TVM >= 0.7 (v0.2) ``conv2d_NCHWc.x86`` / ``depthwise_conv2d_NCHWc.x86`` record.
+
+    ``entity`` is a record entity list (``ConfigSpace.entity_list``) or a dict name ->
+    value (lists are splits, everything else options). ``target`` is e.g.
+    ``"llvm -mcpu=sapphirerapids"``.
+
+    >>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    >>> d = make_conv2d_record(w, {"tile_ic": [-1, 32], "tile_oc": [-1, 16], "tile_ow": [-1, 2],
+    ...                            "unroll_kw": True}, 82, [1e-3], "llvm -mcpu=sapphirerapids", timestamp=0.0)
+    >>> d["input"][1], d["input"][2][2:], d["config"]["entity"][3]
+    ('conv2d_NCHWc.x86', [[1, 1], [1, 1, 1, 1], [1, 1], 'NCHW', 'NCHW', 'float32'], ['unroll_kw', 'ot', True])
+    >>> read_records([d]).records[0].workload == w
+    True
+    """
+    if isinstance(entity, Mapping):
+        entity_list = [[k, "sp" if isinstance(v, (list, tuple)) else "ot", list(v) if isinstance(v, tuple) else v]
+                       for k, v in entity.items()]
+    else:
+        entity_list = [list(e) for e in entity]
+    task = "depthwise_conv2d_NCHWc.x86" if workload.is_depthwise else "conv2d_NCHWc.x86"
+    args = [
+        ["TENSOR", list(workload.data_shape), "float32"],
+        ["TENSOR", list(workload.kernel_shape), "float32"],
+        list(workload.strides), list(workload.padding), list(workload.dilation),
+        workload.layout, workload.layout, workload.out_dtype,
+    ]
+    return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp)
+
+
+def make_transform_record(
+    shape: Sequence[int],
+    src_layout: str,
+    dst_layout: str,
+    cost: Sequence[float] | float,
+    target: str,
+    *,
+    timestamp: float | None = None,
+) -> dict:
+    """A v0.2 ``layout_transform`` record (the graph tuner's transform benchmark).
+
+    >>> d = make_transform_record((1, 64, 56, 56), "NCHW", "NCHW16c", 2e-5, "llvm", timestamp=0.0)
+    >>> t = read_records([d]).transforms[0]
+    >>> t.shape, t.src_layout, t.dst_layout, t.time
+    ((1, 64, 56, 56), 'NCHW', 'NCHW16c', 2e-05)
+    """
+    args = [["TENSOR", [int(x) for x in shape], "float32"], src_layout, dst_layout]
+    return _v02(target, LAYOUT_TRANSFORM_TASK, args, 0, [], cost, 0, 0.0, timestamp)
+
+
+def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp) -> dict:
+    costs = [float(costs)] if isinstance(costs, (int, float)) else [float(c) for c in costs]
+    return {
+        "input": [target, task, args, {}],
+        "config": {"index": int(index), "code_hash": None, "entity": entity},
+        "result": [costs, int(error_no), float(all_cost), _time.time() if timestamp is None else float(timestamp)],
+        "version": 0.2,
+        "tvm_version": TVM_VERSION,
+    }

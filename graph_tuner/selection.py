@@ -1,0 +1,182 @@
+"""Build the discrete selection problem from a model, candidates and transform costs.
+
+One solver node per decision (see :mod:`graph_tuner.layout_flow`):
+
+* a conv layer: one choice per candidate, cost = its kernel time;
+* a join (add/concat/multiply): one choice per block dividing all its inputs' channels, cost 0
+  (the elementwise op costs the same in any layout);
+* PLAIN: a single choice of block 1 (graph inputs, plain-layout consumers, outputs).
+
+One *shared conversion* per 4-d tensor: its source's choice produces a block; each
+consumer's choice requires a block; each distinct required block other than the
+produced one costs one layout transform on that tensor's real shape, however many
+consumers share it. Costs are in milliseconds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.layout_flow import PLAIN, LayoutFlow, TensorFlow, layout_name
+from solvers import Problem
+
+TransformKey = tuple[tuple[int, int, int, int], int, int]  # (NCHW shape, src block, dst block)
+TransformCost = Callable[[tuple[int, int, int, int], int, int], float]  # seconds
+
+
+def join_blocks(channels: Sequence[int], blocks: Sequence[int]) -> list[int]:
+    """Blocks valid for a join: those dividing every input's channel count.
+
+    >>> join_blocks([64, 64], [1, 8, 16, 32, 48])
+    [1, 8, 16, 32]
+    >>> join_blocks([2, 3], [1, 2, 4])
+    [1]
+    """
+    return [b for b in blocks if all(c % b == 0 for c in channels)]
+
+
+@dataclass
+class SelectionProblem:
+    """The solver problem plus what is needed to read a solution back."""
+
+    problem: Problem
+    flow: LayoutFlow
+    node: dict[str, int]  # decision name -> solver node
+    conv_choices: dict[str, list]  # conv name -> its candidates (solver choice order)
+    join_choices: dict[str, list[int]]  # join name -> blocks (solver choice order)
+    blocks: list[int]  # class id -> block size
+    transform_ms: dict[TransformKey, float]
+
+    def out_blocks(self, decision: str) -> list[int]:
+        """Block produced by each choice of ``decision``."""
+        if decision == PLAIN:
+            return [1]
+        if decision in self.conv_choices:
+            return [c.out_block for c in self.conv_choices[decision]]
+        return self.join_choices[decision]
+
+    def in_blocks(self, decision: str) -> list[int]:
+        """Block each choice of ``decision`` requires of its 4-d inputs."""
+        if decision == PLAIN:
+            return [1]
+        if decision in self.conv_choices:
+            return [c.in_block for c in self.conv_choices[decision]]
+        return self.join_choices[decision]
+
+
+def required_transforms(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int]) -> list[TransformKey]:
+    """Every (shape, src block, dst block) transform some choice could force, sorted."""
+    choices = _choices(flow, candidates, blocks)
+    keys: set[TransformKey] = set()
+    for t in flow.tensors:
+        srcs = set(_out_blocks(t.source, choices))
+        dsts = {b for r in t.requirements for b in _in_blocks(r.decision, choices)}
+        keys.update((t.shape, a, b) for a in srcs for b in dsts if a != b)
+    return sorted(keys)
+
+
+def _choices(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for name, d in flow.decisions.items():
+        if d.kind == "conv2d":
+            out[name] = candidates[name]
+        elif d.kind != "plain":
+            valid = join_blocks(d.channels_in, blocks)
+            out[name] = valid
+    return out
+
+
+def _out_blocks(decision: str, choices: dict[str, list]) -> list[int]:
+    if decision == PLAIN:
+        return [1]
+    return [c if isinstance(c, int) else c.out_block for c in choices[decision]]
+
+
+def _in_blocks(decision: str, choices: dict[str, list]) -> list[int]:
+    if decision == PLAIN:
+        return [1]
+    return [c if isinstance(c, int) else c.in_block for c in choices[decision]]
+
+
+def build_problem(
+    flow: LayoutFlow,
+    candidates: dict[str, list],
+    transform_seconds: dict[TransformKey, float],
+    blocks: Sequence[int] | None = None,
+) -> SelectionProblem:
+    """Build the solver problem.
+
+    ``candidates`` maps each conv op name to its candidates (objects with ``in_block``,
+    ``out_block``, ``time`` in seconds); ``transform_seconds`` must hold every key of
+    :func:`required_transforms`. ``blocks`` are the block sizes joins may choose from
+    (default: every block some candidate uses, plus 1).
+    """
+    if blocks is None:
+        blocks = sorted({1} | {b for cs in candidates.values() for c in cs for b in (c.in_block, c.out_block)})
+    blocks = sorted(set(blocks) | {1})
+    cls = {b: i for i, b in enumerate(blocks)}
+    choices = _choices(flow, candidates, blocks)
+
+    p = Problem()
+    node: dict[str, int] = {}
+    for name, d in flow.decisions.items():
+        if d.kind == "plain":
+            node[name] = p.add_node([0.0])
+        elif d.kind == "conv2d":
+            cands = choices[name]
+            if not cands:
+                raise GraphTunerError(f"conv layer '{name}' has no candidate schedule")
+            node[name] = p.add_node([c.time * 1e3 for c in cands])
+        else:
+            if not choices[name]:
+                raise GraphTunerError(
+                    f"{d.kind} '{name}': no layout block divides all its input channels {list(d.channels_in)}"
+                )
+            node[name] = p.add_node([0.0] * len(choices[name]))
+
+    used: dict[TransformKey, float] = {}
+    for t in flow.tensors:
+        table = _transform_table(t, blocks, transform_seconds, flow, choices)
+        for key_a, key_b, ms in table[1]:
+            used[(t.shape, key_a, key_b)] = ms
+        src_class = [cls[b] for b in _out_blocks(t.source, choices)]
+        dsts = [node[r.decision] for r in t.requirements]
+        dst_classes = [[cls[b] for b in _in_blocks(r.decision, choices)] for r in t.requirements]
+        p.add_conversion(node[t.source], dsts, src_class, dst_classes, table[0])
+
+    return SelectionProblem(
+        problem=p,
+        flow=flow,
+        node=node,
+        conv_choices={n: choices[n] for n, d in flow.decisions.items() if d.kind == "conv2d"},
+        join_choices={n: choices[n] for n, d in flow.decisions.items() if d.kind not in ("conv2d", "plain")},
+        blocks=list(blocks),
+        transform_ms=used,
+    )
+
+
+def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices):
+    """Class-by-class transform cost table (ms) for tensor ``t``; inf where never needed."""
+    n = len(blocks)
+    table = [[math.inf] * n for _ in range(n)]
+    entries = []
+    srcs = set(_out_blocks(t.source, choices))
+    dsts = {b for r in t.requirements for b in _in_blocks(r.decision, choices)}
+    for i, a in enumerate(blocks):
+        table[i][i] = 0.0
+        if a not in srcs:
+            continue
+        for j, b in enumerate(blocks):
+            if b == a or b not in dsts:
+                continue
+            key = (t.shape, a, b)
+            if key not in transform_seconds:
+                raise GraphTunerError(
+                    f"no cost for layout transform of '{t.name}' {list(t.shape)} {layout_name(a)} -> {layout_name(b)}; "
+                    "measure transforms or pass --estimate-transforms"
+                )
+            table[i][j] = transform_seconds[key] * 1e3
+            entries.append((a, b, table[i][j]))
+    return table, entries

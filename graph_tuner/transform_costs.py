@@ -1,0 +1,113 @@
+"""Layout-transform costs: measured here, read from AutoTVM records, or estimated.
+
+Keys are ``(NCHW shape, src block, dst block)`` with block 1 meaning plain NCHW;
+values are seconds. A transform to the same block costs nothing.
+
+>>> costs = TransformCosts()
+>>> costs.add((1, 64, 56, 56), 1, 16, 40e-6)
+>>> costs.add((1, 128, 28, 28), 16, 8, 20e-6)
+>>> costs.get((1, 64, 56, 56), 16, 16)
+0.0
+>>> fit = costs.estimate_missing([((1, 256, 14, 14), 16, 8)])
+>>> fit.filled, costs.get((1, 256, 14, 14), 16, 8) > 0
+(1, True)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.layout_flow import layout_name, parse_layout
+
+Key = tuple[tuple[int, int, int, int], int, int]
+
+
+@dataclass
+class EstimateReport:
+    """How well the per-element model fits the known transforms."""
+
+    filled: int  # transforms estimated
+    known: int  # transforms the fit used
+    median_rel_error: float  # leave-one-out, on the known ones
+    max_rel_error: float
+    coef: tuple[float, float] = (0.0, 0.0)  # seconds = coef[0] + coef[1] * elements
+
+    def __str__(self) -> str:
+        return (
+            f"estimated {self.filled} transform(s) from {self.known} known with "
+            f"t = {self.coef[0] * 1e6:.2f} us + {self.coef[1] * 1e9:.3f} ns/element "
+            f"(leave-one-out error: median {self.median_rel_error:.0%}, max {self.max_rel_error:.0%})"
+        )
+
+
+@dataclass
+class TransformCosts:
+    seconds: dict[Key, float] = field(default_factory=dict)
+    estimated: set[Key] = field(default_factory=set)
+
+    def add(self, shape: Sequence[int], src: int, dst: int, seconds: float) -> None:
+        self.seconds[(tuple(int(x) for x in shape), int(src), int(dst))] = float(seconds)
+
+    def get(self, shape: Sequence[int], src: int, dst: int) -> float:
+        if src == dst:
+            return 0.0
+        return self.seconds[(tuple(shape), src, dst)]
+
+    def missing(self, keys: Iterable[Key]) -> list[Key]:
+        return [k for k in keys if k[1] != k[2] and k not in self.seconds]
+
+    def load_records(self, records: Iterable) -> int:
+        """Add AutoTVM ``layout_transform`` records (objects with ``shape``, ``src_layout``,
+        ``dst_layout``, ``time``); the shape is the source tensor's, in its own layout."""
+        n = 0
+        for r in records:
+            src, dst = parse_layout(r.src_layout), parse_layout(r.dst_layout)
+            shape = list(r.shape)
+            if len(shape) == 5:  # NCHW[x]c -> NCHW
+                shape = [shape[0], shape[1] * shape[4], shape[2], shape[3]]
+            self.add(shape, src, dst, r.time)
+            n += 1
+        return n
+
+    def estimate_missing(self, keys: Iterable[Key]) -> EstimateReport:
+        """Fill missing keys from ``t = a + b * elements`` fitted on the known transforms.
+
+        The fit minimises relative error (weights 1/t); its leave-one-out relative error
+        on the known transforms is reported so the user can judge it.
+        """
+        missing = self.missing(keys)
+        known = [(k, t) for k, t in self.seconds.items() if k not in self.estimated]
+        if len(known) < 2:
+            if missing:
+                raise GraphTunerError(
+                    f"cannot estimate {len(missing)} transform cost(s) from {len(known)} known; "
+                    "measure transforms (drop --transform-records) or give a fuller records file"
+                )
+            return EstimateReport(0, len(known), 0.0, 0.0)
+        x = np.array([math.prod(k[0]) for k, _ in known], dtype=float)
+        y = np.array([t for _, t in known], dtype=float)
+        coef = _fit(x, y)
+        errs = []
+        for i in range(len(x)):
+            mask = np.arange(len(x)) != i
+            c = _fit(x[mask], y[mask]) if mask.sum() >= 2 else coef
+            errs.append(abs(c[0] + c[1] * x[i] - y[i]) / y[i])
+        for k in missing:
+            self.seconds[k] = max(coef[0] + coef[1] * math.prod(k[0]), 0.0)
+            self.estimated.add(k)
+        return EstimateReport(len(missing), len(known), float(np.median(errs)), float(np.max(errs)), coef)
+
+    def describe(self, key: Key) -> str:
+        shape, a, b = key
+        return f"{list(shape)} {layout_name(a)} -> {layout_name(b)}"
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    w = 1.0 / y
+    a = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (c0, c1), *_ = np.linalg.lstsq(a, y * w, rcond=None)
+    return float(max(c0, 0.0)), float(max(c1, 0.0))

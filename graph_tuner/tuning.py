@@ -1,0 +1,329 @@
+"""Tune a model's conv kernels into an AutoTVM log: model -> workloads -> tuner -> records.
+
+For every distinct conv workload of the model (:meth:`Model.distinct_workloads`) the
+kernel tuner (:func:`kernels.tuner.tune`) searches the AutoTVM ``conv2d_NCHWc.x86``
+(or ``depthwise_conv2d_NCHWc.x86``) space, and each measurement is appended to the
+log as one v0.2 record the moment it exists: the file is opened in append mode and
+every line is written and flushed on its own, so a killed run loses at most the line
+being written. Failed measurements are logged too, with TVM's ``error_no`` (1: the
+config cannot be built, 4: it failed while running), so that a rerun does not retry them.
+
+Resume: a rerun reads the log first; configs already logged for a workload (same
+target, task and arguments; identified by config index) are not measured again and
+count toward ``trials``. A partial last line left by a kill is cut off first.
+
+Time budget: split evenly across the workloads still to tune, each getting the
+remaining time divided by the number left, so time one workload does not use passes
+on to the next. It bounds the conv search only; the layout-transform benchmark runs
+after it (cached per CPU by :mod:`kernels.transform_bench`).
+
+Finally the layout transforms the model can need are measured and appended as
+``layout_transform`` records (:func:`transform_keys`), so one log carries both.
+
+>>> import tempfile, os
+>>> log = os.path.join(tempfile.mkdtemp(), "tiny.log")
+>>> from kernels.workload import Conv2DWorkload
+>>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
+>>> fake = lambda wl, c: 1e-4 * c.ow_bn / c.oc_bn
+>>> summary = tune_workloads([(w, 1)], log, trials=5, measure=fake, progress=False, transforms=False)
+>>> summary[0].new, len(read_records(log).records)
+(5, 5)
+>>> tune_workloads([(w, 1)], log, trials=7, measure=fake, progress=False, transforms=False)[0].new
+2
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from graph_tuner.candidates import describe
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import (LAYOUT_TRANSFORM_TASK, format_record, make_conv2d_record, make_transform_record,
+                                 read_records)
+from kernels.config import Conv2DConfig
+from kernels.config_space import entity_config
+from kernels.workload import Conv2DWorkload
+
+DEFAULT_TRIALS = 40
+
+
+def host_target() -> str:
+    """The target string our records carry: ``llvm -mcpu=<LLVM's name for this CPU>``."""
+    from kernels.jit import host_cpu
+
+    return f"llvm -mcpu={host_cpu().name}"
+
+
+def _input_key(obj_input) -> str:
+    return json.dumps(obj_input, sort_keys=True)
+
+
+def conv_input_key(workload: Conv2DWorkload, target: str) -> str:
+    """What identifies a workload's records in a log: target, task and argument list."""
+    return _input_key(make_conv2d_record(workload, [], 0, [1.0], target, timestamp=0.0)["input"])
+
+
+def repair_tail(path: str | os.PathLike) -> bool:
+    """Cut a partial last line (a kill mid-write) off a log; True if anything was cut.
+
+    A last line without its newline is kept (newline added) if it is a complete JSON
+    object, else removed.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return False
+    if not data or data.endswith(b"\n"):
+        return False
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        json.loads(tail)
+        keep = data + b"\n"
+    except ValueError:
+        keep = data[:cut]
+    with open(path, "r+b") as f:
+        f.write(keep[cut:])
+        f.truncate(len(keep))
+    return keep == data[:cut]
+
+
+def logged(path: str | os.PathLike, target: str) -> tuple[dict[str, dict[int, float | None]], set[str]]:
+    """What a log already holds for ``target``: conv input key -> {config index: seconds or None
+    (failed)}, and the input keys of its layout-transform records. Lines that are not
+    records are ignored here (reading the log for solving reports them)."""
+    convs: dict[str, dict[int, float | None]] = {}
+    transforms: set[str] = set()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return convs, transforms
+    for line in lines:
+        try:
+            obj = json.loads(line)
+            inp, index, result = obj["input"], obj["config"]["index"], obj["result"]
+            if inp[0] != target:
+                continue
+            key = _input_key(inp)
+            if inp[1] == LAYOUT_TRANSFORM_TASK:
+                transforms.add(key)
+                continue
+            ok = result[1] == 0 and result[0]
+            seconds = sum(result[0]) / len(result[0]) if ok else None
+        except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
+            continue
+        runs = convs.setdefault(key, {})
+        if runs.get(int(index)) is None:  # a success beats an earlier failure of the same config
+            runs[int(index)] = seconds
+    return convs, transforms
+
+
+@dataclass
+class WorkloadSummary:
+    """How tuning one distinct workload went."""
+
+    workload: Conv2DWorkload
+    count: int  # layers with this workload
+    new: int = 0  # measurements made by this run
+    resumed: int = 0  # measurements found in the log
+    errors: int = 0  # failed measurements of this run
+    best_seconds: float | None = None  # over the log and this run
+    best_config: Conv2DConfig | None = None
+    pairs: set[tuple[int, int]] = field(default_factory=set)  # (ic_bn, oc_bn) with a measurement
+    wall_seconds: float = 0.0
+
+    @property
+    def best_gflops(self) -> float | None:
+        return self.workload.flops / self.best_seconds / 1e9 if self.best_seconds else None
+
+    def line(self, i: int, n: int) -> str:
+        best = (f"best {self.best_seconds * 1e3:.3f} ms ({self.best_gflops:.1f} GFLOP/s)"
+                if self.best_seconds else "no successful measurement")
+        return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged trials, "
+                f"{self.errors} failed, {len(self.pairs)} layout pairs, {best}, {self.wall_seconds:.1f} s")
+
+
+def _open_log(path: Path):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a", encoding="utf-8")
+    except OSError as e:
+        raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
+
+
+def tune_workloads(
+    workloads: Sequence[tuple[Conv2DWorkload, int]],
+    log_path: str | os.PathLike,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    time_budget: float | None = None,
+    measure: Callable | None = None,
+    progress: bool = True,
+    transforms: bool = True,
+    transform_shapes: Iterable[tuple[int, int, int, int]] | None = None,
+    print_fn: Callable[[str], object] = lambda s: None,
+) -> list[WorkloadSummary]:
+    """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable).
+
+    ``measure`` is the tuner's measuring function (default: compile and time for real).
+    With ``transforms``, the layout transforms of ``transform_shapes`` (default: the
+    workloads' input shapes) between the blocks of the tuned records are measured and
+    their records appended (:func:`append_transforms`). ``print_fn`` gets one summary
+    line per workload.
+    """
+    from tqdm import tqdm
+
+    from kernels.tuner import tune
+
+    if trials < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+    if time_budget is not None and not time_budget > 0:
+        raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
+    path = Path(log_path)
+    target = host_target()
+    with _open_log(path):
+        pass  # fail early (unwritable path) before any tuning
+    repair_tail(path)
+    done, _ = logged(path, target)
+    start = time.perf_counter()
+    summaries = []
+    n = len(workloads)
+    with _open_log(path) as log:
+        for i, (w, count) in enumerate(workloads, 1):
+            key = conv_input_key(w, target)
+            previous = done.get(key, {})
+            budget = None
+            if time_budget is not None:
+                budget = max((time_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
+            summary = WorkloadSummary(w, count, resumed=len(previous))
+            for index, s in previous.items():
+                if s is not None:
+                    summary.pairs.add(_pair(w, index))
+                    if summary.best_seconds is None or s < summary.best_seconds:
+                        summary.best_seconds, summary.best_config = s, _config(w, index)
+            bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
+                       unit="trial", disable=not progress, leave=True)
+
+            def on_measure(m, summary=summary, bar=bar, w=w):
+                rec = make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
+                                         error_no=m.error_no, all_cost=m.elapsed)
+                log.write(format_record(rec) + "\n")
+                log.flush()
+                summary.new += 1
+                if not m.ok:
+                    summary.errors += 1
+                else:
+                    summary.pairs.add((m.config.ic_bn, m.config.oc_bn))
+                    if summary.best_seconds is None or m.seconds < summary.best_seconds:
+                        summary.best_seconds, summary.best_config = m.seconds, m.config
+                bar.update(1)
+                if summary.best_gflops:
+                    bar.set_postfix_str(f"best {summary.best_gflops:.1f} GFLOP/s")
+
+            t0 = time.perf_counter()
+            try:
+                tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure)
+            finally:
+                bar.close()
+            summary.wall_seconds = time.perf_counter() - t0
+            summaries.append(summary)
+            print_fn(summary.line(i, n))
+    if transforms:
+        shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
+        keys = transform_keys(shapes, read_records(path, skip_bad_lines=True).records, target)
+        added = append_transforms(path, keys, target, progress=progress)
+        print_fn(f"layout transforms: {len(keys)} needed, {added} new records")
+    return summaries
+
+
+def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:
+    from kernels.tuner import tuning_space
+
+    return tuning_space(w).config(index)
+
+
+def _pair(w: Conv2DWorkload, index: int) -> tuple[int, int]:
+    c = _config(w, index)
+    return c.ic_bn, c.oc_bn
+
+
+def _short(w: Conv2DWorkload) -> str:
+    n, c, h, width = w.data_shape
+    o, _, kh, kw = w.kernel_shape
+    return f"{c}x{h}x{width} -> {o} k{kh}x{kw} s{w.strides[0]}"
+
+
+def layout_name(block: int) -> str:
+    """AutoTVM's layout string of a block: 1 is plain ``NCHW``.
+
+    >>> layout_name(1), layout_name(16)
+    ('NCHW', 'NCHW16c')
+    """
+    return "NCHW" if block == 1 else f"NCHW{block}c"
+
+
+def transform_keys(shapes: Iterable[Sequence[int]], records: Iterable, target: str) -> list:
+    """Transforms a model can need: for each tensor shape, every ordered pair of distinct
+    blocks among NCHW (1) and the ``ic_bn``/``oc_bn`` of ``target``'s records that divide its channels.
+
+    >>> recs = read_records([make_conv2d_record(Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1)),
+    ...     {"tile_ic": [-1, 4], "tile_oc": [-1, 8], "tile_ow": [-1, 4], "tile_oh": 1}, 0, [1e-4], "llvm")]).records
+    >>> transform_keys([(1, 8, 4, 4), (1, 12, 2, 2)], recs, "llvm")[:3]
+    [((1, 8, 4, 4), 1, 4), ((1, 8, 4, 4), 1, 8), ((1, 8, 4, 4), 4, 1)]
+    >>> len(transform_keys([(1, 8, 4, 4), (1, 12, 2, 2)], recs, "llvm"))
+    8
+    """
+    blocks = {1}
+    for rec in records:
+        if rec.target == target:
+            c = entity_config(rec.entity)
+            blocks |= {c.ic_bn, c.oc_bn}
+    keys = []
+    for shape in dict.fromkeys(tuple(int(x) for x in s) for s in shapes):
+        fitting = sorted(b for b in blocks if shape[1] % b == 0)
+        keys += [(shape, a, b) for a in fitting for b in fitting if a != b]
+    return keys
+
+
+def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
+                      measure: Callable | None = None) -> int:
+    """Measure (or take from the per-CPU cache) ``keys`` and append a ``layout_transform``
+    record for each not already in the log for ``target``; returns how many were appended."""
+    from kernels.transform_bench import measure_transforms, normalize_key
+
+    path = Path(log_path)
+    repair_tail(path)
+    _, present = logged(path, target)
+    wanted = []
+    for key in keys:
+        shape, a, b = normalize_key(key)
+        rec = make_transform_record(shape, layout_name(a), layout_name(b), 0.0, target, timestamp=0.0)
+        if a != b and _input_key(rec["input"]) not in present:
+            wanted.append((shape, a, b))
+    if not wanted:
+        return 0
+    kwargs = {"measure_one": measure} if measure is not None else {}
+    timings = measure_transforms(wanted, progress=progress, **kwargs)
+    with _open_log(path) as log:
+        for shape, a, b in wanted:
+            seconds = timings[(shape, a, b)]
+            if not (seconds > 0 and math.isfinite(seconds)):
+                continue
+            log.write(format_record(make_transform_record(shape, layout_name(a), layout_name(b), seconds,
+                                                          target)) + "\n")
+            log.flush()
+    return len(wanted)
+
+
+def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSummary]:
+    """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path)."""
+    from graph_tuner.model import load_model
+
+    m = load_model(model)
+    return tune_workloads(m.distinct_workloads(), log_path, **kwargs)

@@ -1,0 +1,268 @@
+"""AutoTVM's x86 conv2d config spaces, index for index.
+
+A config space is a list of knobs; a config is one value per knob; its index is
+the mixed-radix number whose FIRST knob varies fastest (AutoTVM's ``ConfigSpace``):
+``index = i_ic + n_ic * (i_oc + n_oc * (i_ow + n_ow * i_last))``. Indices are only
+meaningful with the exact value order AutoTVM uses, so this module reproduces it:
+
+* ``conv2d_NCHWc`` (``topi/x86/conv2d.py``): ``tile_ic`` = split(in_channels),
+  ``tile_oc`` = split(out_channels), ``tile_ow`` = split(out_width, inner <= 64),
+  then ``tile_oh`` = knob ``[1, 2]`` (``[1]`` if out_height == 1) for 1x1 kernels,
+  else ``unroll_kw`` = knob ``[True, False]``.
+* ``depthwise_conv2d_NCHWc`` (``topi/x86/depthwise_conv2d.py``): ``tile_ic``,
+  ``tile_oc``, ``tile_ow`` (inner <= 64, divisors only) and ``unroll_kw``.
+
+A two-way split lists inner factors in the order AutoTVM's ``SplitSpace`` builds them:
+
+* ``"factors"``: all divisors, ascending (every ``tile_ic``/``tile_oc``, depthwise
+  ``tile_ow``, and ``tile_ow`` of TVM <= 0.6 logs, task ``topi_x86_conv2d_NCHWc``).
+* ``"verbose"``: divisors plus powers of two (these leave a tail), in the iteration
+  order of the Python set AutoTVM builds them in -- NOT sorted. ``tile_ow`` of
+  ``conv2d_NCHWc.x86`` (TVM >= 0.7) uses it; e.g. out_width 112 gives
+  ``[32, 1, 2, 64, 4, 7, 8, 14, 16, 56, 28]`` after the <= 64 filter.
+
+Checked against real logs: every x86 record in the seed logs (TVM 0.6, ``factors``;
+the 2018 RFC log, ``factors``, ``[outer, inner]`` entities) and TVM 0.10 records
+(``verbose``) round-trip index <-> entity (tests/test_config_space.py).
+
+>>> from kernels.workload import Conv2DWorkload
+>>> w = Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), strides=(2, 2), padding=(3, 3, 3, 3))
+>>> space = conv2d_space(w, tile_ow_policy="factors")
+>>> len(space), space.entity(136)
+(252, {'tile_ic': [-1, 1], 'tile_oc': [-1, 32], 'tile_ow': [-1, 1], 'unroll_kw': False})
+>>> space.config(136)
+Conv2DConfig(ic_bn=1, oc_bn=32, ow_bn=1, unroll_kw=False, oh_bn=1)
+>>> conv2d_space(w).index({"tile_ic": [-1, 3], "tile_oc": [-1, 4], "tile_ow": [-1, 64], "unroll_kw": True})
+47
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from kernels.config import Conv2DConfig
+from kernels.workload import Conv2DWorkload
+
+POLICIES = ("factors", "verbose")
+MAX_OW_BLOCK = 64  # AutoTVM's tile_ow filter: inner factor <= 64
+
+
+def divisors(n: int) -> list[int]:
+    """All divisors of ``n``, ascending.
+
+    >>> divisors(112)
+    [1, 2, 4, 7, 8, 14, 16, 28, 56, 112]
+    """
+    small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+    return sorted(set(small) | {n // i for i in small})
+
+
+def split_factors(n: int, policy: str = "factors") -> list[int]:
+    """Inner factors of a two-way AutoTVM split of an axis of length ``n``, in index order.
+
+    >>> split_factors(56, "factors")
+    [1, 2, 4, 7, 8, 14, 28, 56]
+    >>> split_factors(56, "verbose")
+    [32, 1, 2, 4, 7, 8, 14, 16, 56, 28]
+    """
+    if policy == "factors":
+        return divisors(n)
+    if policy == "verbose":
+        pow2s = [2**x for x in range(math.floor(math.log2(n)) + 1)]
+        # AutoTVM iterates the union set as CPython orders it; build the same set
+        # the same way (left operand from the ascending divisor list) to get that order.
+        return list(set(divisors(n)) | set(pow2s))
+    raise ValueError(f"unknown split policy {policy!r}; expected one of {POLICIES}")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: a split (``kind="sp"``, values = inner factors) or an option (``"ot"``)."""
+
+    name: str
+    kind: str
+    values: tuple
+    length: int = 0  # the split axis length (outer factor = length // inner); 0 for options
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def value(self, i: int) -> Any:
+        """The record form of value ``i``: ``[-1, inner]`` for splits, the option itself otherwise."""
+        v = self.values[i]
+        return [-1, v] if self.kind == "sp" else v
+
+    def position(self, value: Any) -> int:
+        """Index of a record value: ``[-1, inner]``, ``[outer, inner]``, an inner int, or an option."""
+        if self.kind == "sp":
+            inner = value[-1] if isinstance(value, (list, tuple)) else value
+            if isinstance(value, (list, tuple)):
+                if len(value) != 2:
+                    raise ValueError(f"{self.name}: expected a two-way split, got {value}")
+                if value[0] != -1 and value[0] * value[1] != self.length:
+                    raise ValueError(f"{self.name}={value} does not split an axis of {self.length}")
+        else:
+            inner = value
+        for i, v in enumerate(self.values):
+            # Options are compared with their type: True == 1 in Python, but not in a knob.
+            if v == inner and type(v) is type(inner):
+                return i
+        raise ValueError(f"{self.name}={value!r} is not in the space {list(self.values)}")
+
+
+class ConfigSpace:
+    """A product of knobs with AutoTVM's index math (first knob varies fastest).
+
+    >>> s = ConfigSpace([Knob("a", "ot", (0, 1, 2)), Knob("b", "ot", (True, False))])
+    >>> len(s), s.entity(4), s.index({"a": 1, "b": False})
+    (6, {'a': 1, 'b': False}, 4)
+    """
+
+    def __init__(self, knobs: Sequence[Knob]):
+        self.knobs = tuple(knobs)
+
+    def __len__(self) -> int:
+        return math.prod(len(k) for k in self.knobs)
+
+    def __iter__(self) -> Iterator[int]:
+        """All indices, in order."""
+        return iter(range(len(self)))
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k.name}:{len(k)}" for k in self.knobs)
+        return f"ConfigSpace({sizes}; len={len(self)})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def _positions(self, index: int) -> list[int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"config index {index} out of range for a space of {len(self)}")
+        out = []
+        for k in self.knobs:
+            index, i = divmod(index, len(k))
+            out.append(i)
+        return out
+
+    def entity(self, index: int) -> dict[str, Any]:
+        """Knob name -> record value (``[-1, inner]`` for splits) of config ``index``."""
+        return {k.name: k.value(i) for k, i in zip(self.knobs, self._positions(index))}
+
+    def entity_list(self, index: int) -> list[list]:
+        """Config ``index`` in the record's form ``[[name, "sp"|"ot", value], ...]``.
+
+        >>> s = ConfigSpace([Knob("tile_ic", "sp", (1, 3), 3), Knob("unroll_kw", "ot", (True, False))])
+        >>> s.entity_list(1)
+        [['tile_ic', 'sp', [-1, 3]], ['unroll_kw', 'ot', True]]
+        """
+        return [[k.name, k.kind, k.value(i)] for k, i in zip(self.knobs, self._positions(index))]
+
+    def index(self, entity: Mapping[str, Any] | Sequence[Sequence]) -> int:
+        """Index of an entity: a dict name -> value or a record's entity list.
+
+        Splits may be written ``[-1, inner]`` (new logs) or ``[outer, inner]`` (old logs).
+        """
+        values = _entity_dict(entity)
+        if set(values) != set(self.names):
+            raise ValueError(f"entity knobs {sorted(values)} do not match the space's {list(self.names)}")
+        index = 0
+        for k in reversed(self.knobs):
+            index = index * len(k) + k.position(values[k.name])
+        return index
+
+    def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
+        """The kernel schedule (inner factors and options) of a config."""
+        if isinstance(index_or_entity, int):
+            index_or_entity = self.entity(index_or_entity)
+        else:
+            self.index(index_or_entity)  # validates it belongs to this space
+        return entity_config(index_or_entity)
+
+
+def _entity_dict(entity: Mapping[str, Any] | Sequence[Sequence]) -> dict[str, Any]:
+    if isinstance(entity, Mapping):
+        return dict(entity)
+    return {name: value for name, _kind, value in entity}
+
+
+def entity_config(entity: Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
+    """The ``Conv2DConfig`` of an x86 conv2d/depthwise entity (no space needed).
+
+    >>> entity_config([["tile_ic", "sp", [2, 32]], ["tile_oc", "sp", [1, 64]],
+    ...                ["tile_ow", "sp", [28, 2]], ["unroll_kw", "ot", True]])
+    Conv2DConfig(ic_bn=32, oc_bn=64, ow_bn=2, unroll_kw=True, oh_bn=1)
+    """
+    e = _entity_dict(entity)
+    return Conv2DConfig(
+        ic_bn=int(e["tile_ic"][-1]),
+        oc_bn=int(e["tile_oc"][-1]),
+        ow_bn=int(e["tile_ow"][-1]),
+        unroll_kw=bool(e.get("unroll_kw", False)),
+        oh_bn=int(e.get("tile_oh", 1)),
+    )
+
+
+def _split(name: str, n: int, policy: str = "factors", max_inner: int | None = None) -> Knob:
+    values = [f for f in split_factors(n, policy) if max_inner is None or f <= max_inner]
+    return Knob(name, "sp", tuple(values), n)
+
+
+def conv2d_space(workload: Conv2DWorkload, tile_ow_policy: str = "verbose") -> ConfigSpace:
+    """AutoTVM's x86 ``conv2d_NCHWc`` space for ``workload``.
+
+    ``tile_ow_policy="verbose"`` matches ``conv2d_NCHWc.x86`` (TVM >= 0.7, what we
+    write); ``"factors"`` matches ``topi_x86_conv2d_NCHWc`` (TVM <= 0.6 and the 2018 RFC).
+
+    >>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 1, 1))
+    >>> conv2d_space(w, "factors")
+    ConfigSpace(tile_ic:7, tile_oc:7, tile_ow:8, tile_oh:2; len=784)
+    """
+    knobs = [
+        _split("tile_ic", workload.in_channels),
+        _split("tile_oc", workload.out_channels),
+        _split("tile_ow", workload.out_width, tile_ow_policy, MAX_OW_BLOCK),
+    ]
+    if workload.is_1x1:
+        knobs.append(Knob("tile_oh", "ot", (1, 2) if workload.out_height > 1 else (1,)))
+    else:
+        knobs.append(Knob("unroll_kw", "ot", (True, False)))
+    return ConfigSpace(knobs)
+
+
+def depthwise_conv2d_space(workload: Conv2DWorkload) -> ConfigSpace:
+    """AutoTVM's x86 ``depthwise_conv2d_NCHWc`` space (``tile_ow`` uses divisors only).
+
+    >>> w = Conv2DWorkload((1, 32, 112, 112), (32, 1, 3, 3), padding=(1, 1, 1, 1), groups=32)
+    >>> depthwise_conv2d_space(w)
+    ConfigSpace(tile_ic:6, tile_oc:6, tile_ow:9, unroll_kw:2; len=648)
+    """
+    return ConfigSpace([
+        _split("tile_ic", workload.in_channels),
+        _split("tile_oc", workload.out_channels),
+        _split("tile_ow", workload.out_width, "factors", MAX_OW_BLOCK),
+        Knob("unroll_kw", "ot", (True, False)),
+    ])
+
+
+# Task name -> (space builder). Old (TVM <= 0.6) conv2d tasks used divisor-only tile_ow.
+_TASK_SPACES = {
+    "topi_x86_conv2d_NCHWc": lambda w: conv2d_space(w, "factors"),
+    "conv2d_NCHWc.x86": lambda w: conv2d_space(w, "verbose"),
+    "topi_x86_depthwise_conv2d_NCHWc_from_nchw": depthwise_conv2d_space,
+    "depthwise_conv2d_NCHWc.x86": depthwise_conv2d_space,
+}
+
+
+def task_space(task_name: str, workload: Conv2DWorkload) -> ConfigSpace:
+    """The space an AutoTVM x86 task's record indices refer to.
+
+    >>> w = Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), strides=(2, 2), padding=(3, 3, 3, 3))
+    >>> len(task_space("conv2d_NCHWc.x86", w)), len(task_space("topi_x86_conv2d_NCHWc", w))
+    (308, 252)
+    """
+    try:
+        return _TASK_SPACES[task_name](workload)
+    except KeyError:
+        raise ValueError(f"no x86 config space for task {task_name!r}; known: {sorted(_TASK_SPACES)}") from None

@@ -1,0 +1,155 @@
+"""x86 depthwise conv2d NCHW[bn]c -> NCHW[bn]c (channel multiplier 1) as LLVM IR.
+
+Its own template (AutoTVM's ``depthwise_conv2d_NCHWc``): there is no reduction over
+input channels, so instead of broadcasting one input value against a vector of
+weights (the dense template) each output vector is an elementwise FMA of an input
+vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``; a row is
+cut into tiles of ``ow_bn`` columns x ``bn`` channels of accumulators; ``kh`` is a
+loop and ``kw`` is unrolled when ``unroll_kw``. Padding via the same zero-bordered
+scratch copy as :mod:`kernels.conv2d`; same fused epilogue.
+The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is packed
+``[C/bn, 1, KH, KW, 1, bn]`` (:func:`kernels.packing.pack_depthwise_weight`).
+
+>>> import numpy as np
+>>> from kernels import Conv2DConfig, Conv2DWorkload
+>>> wl = Conv2DWorkload((1, 8, 6, 6), (8, 1, 3, 3), padding=(1, 1, 1, 1), groups=8)
+>>> k = build_depthwise(wl, Conv2DConfig(ic_bn=4, oc_bn=4, ow_bn=3))
+>>> k.input_shape, k.weight_shape, k.output_shape
+((1, 2, 6, 6, 4), (2, 1, 3, 3, 1, 4), (1, 2, 6, 6, 4))
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from kernels.config import Conv2DConfig
+from kernels.conv2d import (ACTIVATIONS, MEMCPY_DECL, SCRATCH_ARG, IntrinsicSet, arg_ptr, decompose, epilogue,
+                            maybe_loop, pad_copy_ir, vector_chunks, vty)
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
+from kernels.threads import parallel_entry_ir
+from kernels.workload import Conv2DWorkload
+
+__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
+
+
+def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
+    C = workload.in_channels
+    if not (workload.is_depthwise and workload.out_channels == C):
+        raise ValueError(f"not a depthwise conv with channel multiplier 1: {workload}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if config.ic_bn != config.oc_bn or C % config.oc_bn:
+        raise ValueError(f"depthwise needs ic_bn == oc_bn dividing {C} channels, got {config.ic_bn}, {config.oc_bn}")
+    if config.ow_bn < 1:
+        raise ValueError(f"ow_bn must be >= 1, got {config.ow_bn}")
+
+
+def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
+                 activation: str | None = None, name: str = "depthwise", lanes: int | None = None) -> str:
+    """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args as in :mod:`kernels.conv2d`)."""
+    _check(workload, config, activation)
+    lanes = lanes or host_cpu().lanes
+    N, C, H, W = workload.data_shape
+    _, _, KH, KW = workload.kernel_shape
+    OH, OW = workload.out_height, workload.out_width
+    sh, sw = workload.strides
+    dh, dw = workload.dilation
+    top, left, bottom, right = workload.padding
+    padded = any(workload.padding)
+    Hp, Wp = H + top + bottom, W + left + right
+    bn = config.oc_bn
+    CB = C // bn
+    chunks = vector_chunks(bn, lanes)
+    intr = IntrinsicSet()
+
+    f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
+    n, cb, oh = decompose(f, "%item", [N, CB, OH])
+    data = arg_ptr(f, SCRATCH_ARG if padded else 0)
+    weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
+    bias_p = arg_ptr(f, 3) if bias else None
+    res_p = arg_ptr(f, 4) if residual else None
+    slots = {}
+
+    def tile(T: int, ow0: str) -> None:
+        acc = {}
+        for t in range(T):
+            for c, (off, w) in enumerate(chunks):
+                if (t, c) not in slots:
+                    slots[(t, c)] = f.slot(vty(w))
+                acc[(t, c)] = slots[(t, c)]
+                init = "zeroinitializer" if bias_p is None else f.load(
+                    vty(w), f.gep(bias_p, f.affine((cb, bn), const=off)))
+                f.store(vty(w), init, acc[(t, c)])
+
+        def inner(kh: str, kw) -> None:
+            kwv = [(kw, bn)] if isinstance(kw, str) else []
+            wbase = f.affine((cb, KH * KW * bn), (kh, KW * bn), *kwv, const=kw * bn if isinstance(kw, int) else 0)
+            wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off))) for off, w in chunks]
+            kwv = [(kw, dw * bn)] if isinstance(kw, str) else []
+            dbase = f.affine((n, CB * Hp * Wp * bn), (cb, Hp * Wp * bn), (oh, sh * Wp * bn), (kh, dh * Wp * bn),
+                             (ow0, sw * bn), *kwv, const=kw * dw * bn if isinstance(kw, int) else 0)
+            for t in range(T):
+                for c, (off, w) in enumerate(chunks):
+                    x = f.load(vty(w), f.gep(data, f.add(dbase, t * sw * bn + off)))
+                    s = acc[(t, c)]
+                    f.store(vty(w), intr.call(f, "fma", w, x, wv[c], f.load(vty(w), s)), s)
+
+        with maybe_loop(f, KH) as kh:
+            if config.unroll_kw:
+                for kw in range(KW):
+                    inner(kh, kw)
+            else:
+                with maybe_loop(f, KW) as kw:
+                    inner(kh, kw)
+        obase = f.affine((n, CB * OH * OW * bn), (cb, OH * OW * bn), (oh, OW * bn), (ow0, bn))
+        for (t, c), s in acc.items():
+            off, w = chunks[c]
+            idx = f.add(obase, t * bn + off)
+            rp = f.gep(res_p, idx) if res_p is not None else None
+            f.store(vty(w), epilogue(f, intr, f.load(vty(w), s), w, rp, activation), f.gep(out, idx))
+
+    T = min(config.ow_bn, OW)
+    if OW // T == 1:
+        tile(T, "0")
+    elif OW // T > 1:
+        with f.loop(OW // T) as tw:
+            tile(T, f.mul(tw, T))
+    if OW % T:
+        tile(OW % T, str(OW - OW % T))
+    f.emit("ret void")
+    functions = [f.text()]
+    phases = []
+    if padded:
+        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, CB, H, W, bn, workload.padding))
+        phases.append((f"{name}_pad", N * CB * H))
+    phases.append((f"{name}_item", N * CB * OH))
+    return "".join(functions) + intr.declarations() + parallel_entry_ir(name, phases)
+
+
+class DepthwiseKernel(Kernel):
+    """A compiled NCHWc depthwise conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
+
+    def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
+                 activation: str | None):
+        N, C, H, W = workload.data_shape
+        _, _, KH, KW = workload.kernel_shape
+        bn = config.oc_bn
+        self.workload, self.config, self.activation = workload, config, activation
+        self.input_shape = (N, C // bn, H, W, bn)
+        self.weight_shape = (C // bn, 1, KH, KW, 1, bn)
+        self.output_shape = (N, C // bn, workload.out_height, workload.out_width, bn)
+        self.bias_shape = (C,)
+        ir = depthwise_ir(workload, config, bias=bias, residual=residual, activation=activation)
+        t, l, b, r = workload.padding
+        scratch = np.zeros((N, C // bn, H + t + b, W + l + r, bn), np.float32) if any(workload.padding) else None
+        shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
+                      bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
+        super().__init__(compile_ir(ir), "depthwise", shapes, [scratch if scratch is not None else np.zeros(1, np.float32)])
+
+
+@functools.lru_cache(maxsize=None)
+def build_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
+                    activation: str | None = None) -> DepthwiseKernel:
+    """Generate, compile and cache a depthwise kernel (see the module doc)."""
+    return DepthwiseKernel(workload, config, bias, residual, activation)

@@ -1,0 +1,285 @@
+"""LLVM JIT for the host CPU: initialise llvmlite once, optimise and compile IR text.
+
+Every kernel module is compiled for the exact host CPU (name + feature string), at
+``-O3`` through LLVM's new pass manager. Compiled modules live as long as the process
+(their execution engines are kept here: function pointers die with their engine), and
+are cached by IR text so equal kernels are compiled once.
+
+>>> host_cpu().lanes in (4, 8, 16)
+True
+>>> ir = 'define i32 @add1(i32 %x) {\\n  %y = add i32 %x, 1\\n  ret i32 %y\\n}\\n'
+>>> import ctypes
+>>> ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)(compile_ir(ir)["add1"])(41)
+42
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+_engines: dict[str, "CompiledModule"] = {}
+
+
+@dataclass(frozen=True)
+class HostCPU:
+    """The CPU kernels are generated for: LLVM's name, feature string and f32 vector lanes."""
+
+    name: str
+    features: str
+    lanes: int  # float32 lanes of the widest usable vector register
+
+    def has(self, feature: str) -> bool:
+        return f"+{feature}" in self.features.split(",")
+
+
+@functools.lru_cache(maxsize=None)
+def _initialise() -> None:
+    # llvm.initialize() raises in llvmlite >= 0.45; the native target is all we need.
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> HostCPU:
+    """Query the host CPU from LLVM (not hard-coded): AVX-512 gives 16 lanes, AVX 8, else 4."""
+    _initialise()
+    features = llvm.get_host_cpu_features().flatten()
+    on = set(f[1:] for f in features.split(",") if f.startswith("+"))
+    lanes = 16 if "avx512f" in on else 8 if "avx" in on else 4
+    return HostCPU(llvm.get_host_cpu_name(), features, lanes)
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine() -> llvm.TargetMachine:
+    cpu = host_cpu()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=cpu.name, features=cpu.features, opt=3, jit=True)
+
+
+class CompiledModule:
+    """A JIT-compiled module; ``module[name]`` is a function's raw address (an int)."""
+
+    def __init__(self, engine: llvm.ExecutionEngine):
+        self._engine = engine  # keep alive: the addresses below point into it
+        self._addresses: dict[str, int] = {}
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self._addresses:
+            address = self._engine.get_function_address(name)
+            if not address:
+                raise KeyError(f"no function {name!r} in compiled module")
+            self._addresses[name] = address
+        return self._addresses[name]
+
+
+def _optimise(module: llvm.ModuleRef) -> None:
+    tm = _target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    # Generated kernels are already unrolled where it pays; LLVM's own unroller
+    # made register tiles spill (measured), and generated loops also carry
+    # llvm.loop.unroll.disable.
+    pto.loop_unrolling = False
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)
+
+
+def compile_ir(ir_text: str) -> CompiledModule:
+    """Parse, verify, optimise (-O3, host CPU) and JIT-compile LLVM IR text; cached by text."""
+    with _lock:
+        if ir_text in _engines:
+            return _engines[ir_text]
+        _initialise()
+        from kernels import threads  # registers libgomp symbols before linking
+
+        threads.ensure_runtime_loaded()
+        module = llvm.parse_assembly(ir_text)
+        module.triple = _target_machine().triple
+        module.data_layout = str(_target_machine().target_data)
+        module.verify()
+        _optimise(module)
+        engine = llvm.create_mcjit_compiler(module, _target_machine())
+        engine.finalize_object()
+        compiled = CompiledModule(engine)
+        _engines[ir_text] = compiled
+        return compiled
+
+
+def assembly(ir_text: str) -> str:
+    """The optimised x86 assembly of IR text (for inspecting register tiles and spills)."""
+    _initialise()
+    module = llvm.parse_assembly(ir_text)
+    module.triple = _target_machine().triple
+    module.data_layout = str(_target_machine().target_data)
+    _optimise(module)
+    return _target_machine().emit_assembly(module)
+
+
+class IRFunction:
+    """Emit the text of one LLVM IR function: fresh SSA names, labels, loops, stack slots.
+
+    Loops are counted ``i64`` loops carrying ``llvm.loop.unroll.disable`` (generated
+    code is unrolled where intended; LLVM's unroller spilled register tiles).
+    Values kept across loop iterations (accumulators) live in ``alloca`` slots that
+    SROA promotes to registers.
+
+    >>> f = IRFunction("define i64 @sum_to(i64 %n)")
+    >>> s = f.slot("i64", "0")
+    >>> with f.loop("%n") as i:
+    ...     f.store("i64", f.op(f"add i64 {f.load('i64', s)}, {i}"), s)
+    >>> f.emit(f"ret i64 {f.load('i64', s)}")
+    >>> import ctypes
+    >>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(compile_ir(f.text())["sum_to"])(5)
+    10
+    """
+
+    def __init__(self, signature: str, md_base: int = 0):
+        self.signature = signature
+        self._md = md_base  # metadata ids: give each function of a module its own range
+        self.body: list[str] = []
+        self.entry: list[str] = []  # allocas, hoisted so SROA can promote them
+        self.metadata: list[str] = []
+        self.block = "entry"
+        self._n = 0
+
+    def fresh(self, stem: str = "t") -> str:
+        self._n += 1
+        return f"{stem}{self._n}"
+
+    def emit(self, line: str) -> None:
+        self.body.append("  " + line)
+
+    def op(self, text: str, stem: str = "t") -> str:
+        """Emit ``%tN = text`` and return ``%tN``."""
+        name = "%" + self.fresh(stem)
+        self.emit(f"{name} = {text}")
+        return name
+
+    def label(self, name: str) -> None:
+        self.body.append(f"{name}:")
+        self.block = name
+
+    def slot(self, ty: str, init: str | None = None) -> str:
+        name = "%" + self.fresh("slot")
+        self.entry.append(f"  {name} = alloca {ty}, align 64")
+        if init is not None:
+            self.entry.append(f"  store {ty} {init}, ptr {name}")
+        return name
+
+    def load(self, ty: str, ptr: str, align: int = 4) -> str:
+        return self.op(f"load {ty}, ptr {ptr}, align {align}")
+
+    def store(self, ty: str, value: str, ptr: str, align: int = 4) -> None:
+        self.emit(f"store {ty} {value}, ptr {ptr}, align {align}")
+
+    def gep(self, base: str, index: str, ty: str = "float") -> str:
+        return self.op(f"getelementptr inbounds {ty}, ptr {base}, i64 {index}")
+
+    def add(self, a: str, b) -> str:
+        return a if b == 0 else self.op(f"add nsw i64 {a}, {b}")
+
+    def mul(self, a: str, b) -> str:
+        return a if b == 1 else self.op(f"mul nsw i64 {a}, {b}")
+
+    def affine(self, *terms: tuple[str, int], const: int = 0) -> str:
+        """``sum(value * coeff) + const`` as i64 (coefficients folded at generation time)."""
+        acc = None
+        for value, coeff in terms:
+            if coeff == 0:
+                continue
+            part = self.mul(value, coeff)
+            acc = part if acc is None else self.op(f"add nsw i64 {acc}, {part}")
+        if acc is None:
+            return str(const)
+        return self.add(acc, const)
+
+    @contextmanager
+    def loop(self, count, start: int = 0):
+        """``for i in range(start, count)`` (count: int or i64 value); yields ``i``."""
+        pre, head, body, latch, done = self.block, self.fresh("head"), self.fresh("body"), self.fresh("latch"), self.fresh("done")
+        self.emit(f"br label %{head}")
+        self.label(head)
+        i, nxt = "%" + self.fresh("i"), "%" + self.fresh("inext")
+        self.emit(f"{i} = phi i64 [{start}, %{pre}], [{nxt}, %{latch}]")
+        cond = self.op(f"icmp slt i64 {i}, {count}")
+        self.emit(f"br i1 {cond}, label %{body}, label %{done}")
+        self.label(body)
+        yield i
+        self.emit(f"br label %{latch}")
+        self.label(latch)
+        self.emit(f"{nxt} = add nsw i64 {i}, 1")
+        self._md += 2
+        md = self._md
+        self.emit(f"br label %{head}, !llvm.loop !{md}")
+        self.metadata.append(f"!{md} = distinct !{{!{md}, !{md + 1}}}\n!{md + 1} = !{{!\"llvm.loop.unroll.disable\"}}")
+        self.label(done)
+
+    def text(self) -> str:
+        return "\n".join([self.signature + " {", "entry:", *self.entry, *self.body, "}", *self.metadata, ""])
+
+
+class Kernel:
+    """A compiled kernel ``void f(ptr args, i32 nthreads)`` over named float32 arrays.
+
+    ``args`` is an array of raw buffer addresses in the order of ``arg_shapes``
+    (optional arguments may be absent: address 0), followed by the kernel's own
+    scratch buffers. ``k(*arrays)`` checks shapes and runs; ``k.bind(*arrays)``
+    checks once and returns a zero-argument callable with the addresses cached
+    (reading ``ndarray.ctypes.data`` costs ~2 us) for timing loops and executors.
+    A kernel with scratch buffers is not re-entrant: run one call at a time.
+    """
+
+    def __init__(self, module: CompiledModule, name: str, arg_shapes: dict[str, tuple[int, ...] | None],
+                 scratch: list | None = None):
+        import ctypes
+
+        self.name = name
+        self.arg_shapes = dict(arg_shapes)  # None: argument not used by this kernel
+        self._module = module
+        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(module[name])
+        self._scratch = list(scratch or [])
+
+    def _addresses(self, arrays: dict) -> list[int]:
+        import numpy as np
+
+        addresses = []
+        for arg, shape in self.arg_shapes.items():
+            a = arrays.get(arg)
+            if shape is None:
+                if a is not None:
+                    raise ValueError(f"{self.name}: argument {arg!r} given but the kernel was built without it")
+                addresses.append(0)
+                continue
+            if a is None:
+                raise ValueError(f"{self.name}: argument {arg!r} missing (shape {shape})")
+            if not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
+                raise ValueError(f"{self.name}: {arg!r} must be a C-contiguous float32 ndarray")
+            if tuple(a.shape) != tuple(shape):
+                raise ValueError(f"{self.name}: {arg!r} has shape {a.shape}, expected {tuple(shape)}")
+            addresses.append(a.ctypes.data)
+        return addresses + [s.ctypes.data for s in self._scratch]
+
+    def bind(self, *args, nthreads: int | None = None, **kwargs):
+        """A zero-argument callable running the kernel on these arrays (kept alive by it)."""
+        import ctypes
+
+        from kernels.threads import num_threads
+
+        arrays = dict(zip(self.arg_shapes, args), **kwargs)
+        addresses = self._addresses(arrays)
+        packed = (ctypes.c_void_p * len(addresses))(*addresses)
+        fn, n, address = self._fn, nthreads or num_threads(), ctypes.addressof(packed)
+
+        def run(_keep=(arrays, packed)):
+            fn(address, n)
+
+        return run
+
+    def __call__(self, *args, **kwargs) -> None:
+        self.bind(*args, **kwargs)()

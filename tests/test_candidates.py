@@ -1,0 +1,161 @@
+"""Per-layer candidates from records, and CUDA best-per-workload."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from graph_tuner.candidates import (
+    best_per_workload,
+    fallback_candidate,
+    fallback_config,
+    layer_candidates,
+)
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import make_conv2d_record, read_records
+from kernels.workload import Conv2DWorkload
+
+DATA = Path(__file__).parent / "data"
+
+CONV = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+OTHER = Conv2DWorkload((1, 64, 56, 56), (128, 64, 1, 1), strides=(2, 2))
+DW = Conv2DWorkload((1, 32, 28, 28), (32, 1, 3, 3), padding=(1, 1, 1, 1), groups=32)
+
+
+def _rec(w, ic, oc, t, target="llvm -mcpu=sapphirerapids", ow=8):
+    last = {"tile_oh": 1} if w.is_1x1 else {"unroll_kw": True}
+    e = {"tile_ic": [-1, ic], "tile_oc": [-1, oc], "tile_ow": [-1, ow], **last}
+    return make_conv2d_record(w, e, 0, [t], target, timestamp=0.0)
+
+
+def _synthetic_log(seed=0, n=200):
+    rng = random.Random(seed)
+    blocks = [1, 2, 4, 8, 16, 32, 64]
+    recs = [_rec(CONV, rng.choice(blocks), rng.choice(blocks), rng.uniform(1e-4, 1e-2), ow=rng.choice([1, 2, 7, 8]))
+            for _ in range(n)]
+    recs += [_rec(OTHER, 16, 16, 1e-6), _rec(CONV, 8, 8, 1e-9, target="cuda")]  # must not leak into CONV
+    return read_records(recs)
+
+
+def test_fastest_per_layout_pair_then_top_k_matches_brute_force():
+    log = _synthetic_log()
+    (cands,) = layer_candidates([CONV], log, k=10)
+    mine = [r for r in log.records if r.workload == CONV and r.target_kind == "llvm"]
+    best = {}
+    for r in mine:
+        pair = (r.entity["tile_ic"][1], r.entity["tile_oc"][1])
+        best[pair] = min(best.get(pair, float("inf")), r.time)
+    expected = sorted(best.items(), key=lambda kv: kv[1])[:10]
+    assert [((c.in_block, c.out_block), c.time) for c in cands] == expected
+    assert all(c.record.time == c.time and not c.is_fallback for c in cands)
+    assert len({(c.in_block, c.out_block) for c in cands}) == len(cands)
+    (all_pairs,) = layer_candidates([CONV], log, k=1000)
+    assert len(all_pairs) == len(best) > 10
+
+
+def test_default_top_k_is_20_and_layouts():
+    (cands,) = layer_candidates([CONV], _synthetic_log())
+    assert len(cands) == 20
+    c = cands[0]
+    assert c.layouts == (f"NCHW{c.in_block}c", f"NCHW{c.out_block}c")
+    assert (c.config.ic_bn, c.config.oc_bn) == (c.in_block, c.out_block)
+
+
+def test_layers_share_records_of_equal_workloads_in_layer_order():
+    log = _synthetic_log()
+    cands = layer_candidates([CONV, OTHER, CONV], log, names=["a", "b", "c"])
+    assert cands[0] == cands[2]
+    assert [(c.in_block, c.out_block, c.time) for c in cands[1]] == [(16, 16, 1e-6)]
+
+
+def test_matching_ignores_dtype_and_padding_forms():
+    # The 2018 log writes padding [1, 1] and no dilation; the layer has 4-sided padding.
+    log = read_records(DATA / "resnet18_x86_rfc2018.log")
+    layer = dataclasses.replace(CONV, out_dtype="")
+    (cands,) = layer_candidates([layer], log, target="llvm -mcpu=skylake-avx512")
+    assert {(c.in_block, c.out_block) for c in cands} == {(64, 32), (32, 64)}
+    assert cands[0].time == pytest.approx(0.0001027261465)
+
+
+def test_resnet18_seed_log_gives_every_layer_candidates():
+    log = read_records(DATA / "resnet18_x86_v01_typographic.log")
+    layers = [r.workload for r in log.records]  # the 21 conv layers, in order
+    cands = layer_candidates(layers, log)
+    assert len(cands) == 21 and all(len(c) >= 1 for c in cands)
+    assert (cands[0][0].in_block, cands[0][0].out_block) == (1, 32)
+
+
+def test_missing_layer_error_names_layer_and_workload():
+    layers = [OTHER, OTHER, OTHER, CONV]
+    log = read_records([_rec(OTHER, 16, 16, 1e-4)])
+    with pytest.raises(GraphTunerError) as e:
+        layer_candidates(layers, log, names=["a", "b", "c", "stage1_unit1_conv1"])
+    assert str(e.value) == (
+        "layer 3 'stage1_unit1_conv1' conv2d data [1,64,56,56] kernel [64,64,3,3] stride [1,1] "
+        "pad [1,1,1,1]: no tuning record; run `graph-tuner tune` for it or pass --fallback")
+
+
+def test_other_targets_do_not_count_as_records():
+    log = read_records([_rec(CONV, 16, 16, 1e-4, target="cuda -model=unknown")])
+    with pytest.raises(GraphTunerError, match="no tuning record"):
+        layer_candidates([CONV], log)
+
+
+def test_fallback_candidate_is_flagged_with_a_warning():
+    with pytest.warns(UserWarning, match="layer 0 'conv0'.*fallback"):
+        (cands,) = layer_candidates([CONV], [], names=["conv0"], fallback=True)
+    (c,) = cands
+    assert c.is_fallback and c.record is None
+    assert (c.in_block, c.out_block) == (16, 16)
+    assert c.time == pytest.approx(CONV.flops / 20e9)
+    assert fallback_candidate(CONV, gflops=40).time == pytest.approx(c.time / 2)
+
+
+@pytest.mark.parametrize("w", [CONV, OTHER, DW, Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
+                               Conv2DWorkload((1, 30, 7, 7), (10, 30, 1, 1))])
+def test_fallback_config_follows_autotvm_heuristic(w):
+    cfg = fallback_config(w)
+    # brute force over the rules stated in the docstring
+    oc_bn = max(d for d in range(1, 17) if w.out_channels % d == 0)
+    assert cfg.oc_bn == oc_bn
+    assert cfg.ic_bn == max(d for d in range(1, oc_bn + 1) if w.in_channels % d == 0)
+    if w.is_1x1:
+        assert cfg.ow_bn * cfg.oh_bn < 32
+        assert w.out_width % cfg.ow_bn == 0 and w.out_height % cfg.oh_bn == 0
+    else:
+        assert cfg.ow_bn == max(d for d in range(1, 32) if w.out_width % d == 0) and cfg.unroll_kw is False
+
+
+def test_depthwise_records_need_equal_blocks():
+    log = read_records([_rec(DW, 8, 8, 2e-4), _rec(DW, 8, 16, 1e-4), _rec(DW, 16, 16, 3e-4)])
+    (cands,) = layer_candidates([DW], log)
+    assert [(c.in_block, c.out_block) for c in cands] == [(8, 8), (16, 16)]
+    assert log.records[0].task_name == "depthwise_conv2d_NCHWc.x86"
+
+
+def test_cuda_best_per_workload_on_seed():
+    log = read_records(DATA / "resnet18_cuda_v01_typographic.log")
+    best = best_per_workload(log)
+    assert len(best) == 12
+    assert [r.workload for r in best] == list(dict.fromkeys(r.workload for r in log.records))
+    # the x86 seed's workloads are the same 12 (graph tuning writes one per layer there)
+    x86 = read_records(DATA / "resnet18_x86_v01_typographic.log")
+    layers = [r.workload for r in x86.records]
+    by_layers = best_per_workload(log, layers)
+    assert [r.workload for r in by_layers] == list(dict.fromkeys(layers))
+    assert best_per_workload(x86) == []  # wrong target kind
+
+
+def test_cuda_best_picks_the_fastest_and_reports_missing():
+    log = read_records(DATA / "centernet_cuda_v02_many_per_line.log")
+    best = best_per_workload(log)
+    assert len(best) == len({r.workload for r in log.records})
+    for b in best:
+        assert b.time == min(r.time for r in log.records if r.workload == b.workload)
+    w = Conv2DWorkload((1, 3, 608, 608), (16, 3, 7, 7), padding=(3, 3, 3, 3))
+    (chosen,) = best_per_workload(log, [w])
+    assert chosen.task_name == "conv2d_nchw.cuda"  # direct beats winograd here
+    with pytest.raises(GraphTunerError, match=r"conv2d data \[1,64,56,56\].*no cuda tuning record"):
+        best_per_workload(log, [CONV])

@@ -1,0 +1,89 @@
+"""`graph-tuner solve` end to end, and its errors (one line, exit 2, no partial output)."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graph_tuner import GraphTuner
+from graph_tuner.records import make_transform_record
+
+DATA = Path(__file__).parent / "data"
+X86 = DATA / "resnet18_x86_v01_typographic.log"
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "graph_tuner", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def transform_log(tmp_path_factory):
+    gt = GraphTuner("resnet-18", X86)
+    lines = []
+    for shape, a, b in gt.required_transforms():
+        blocked = [shape[0], shape[1] // a, shape[2], shape[3], a] if a > 1 else list(shape)
+        src, dst = (f"NCHW{x}c" if x > 1 else "NCHW" for x in (a, b))
+        lines.append(json.dumps(make_transform_record(blocked, src, dst, math.prod(shape) * 1e-10, "llvm")))
+    path = tmp_path_factory.mktemp("t") / "transforms.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_solve_writes_21_records_and_a_json_report(tmp_path, transform_log):
+    out, report = tmp_path / "opt.log", tmp_path / "report.json"
+    p = run("solve", "resnet-18", "--records", X86, "--transform-records", transform_log, "-o", out, "--report", report)
+    assert p.returncode == 0, p.stderr
+    assert len(out.read_text().splitlines()) == 21
+    r = json.loads(report.read_text())
+    assert len(r["layers"]) == 21 and r["solver"]["optimal"] is True
+    totals = r["totals_ms"]
+    assert totals["graph_tuned"] == pytest.approx(totals["kernels"] + totals["transforms"])
+    assert totals["history_best"] >= totals["graph_tuned"] - 1e-9
+    assert "total:" in p.stdout
+
+
+def test_default_output_name_is_model_opt_log(tmp_path, transform_log):
+    p = run("solve", "resnet-18", "--records", X86, "--transform-records", transform_log, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "resnet-18.opt.log").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["solve", "no-such-net", "--records", X86], "no-such-net"),
+        (["solve", "resnet-18", "--records", "missing.log"], "missing.log"),
+        (["solve", "resnet-18", "--records", X86, "--top-k", "0"], "positive integer"),
+        (["solve", "resnet-18", "--records", X86, "--solver", "magic"], "invalid choice"),
+        (["solve", "resnet-18", "--records", X86, "--target", "opencl"], "unsupported target"),
+        (["solve", "resnet-50", "--records", X86, "--transform-records", X86], "no tuning record"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, args, message):
+    out = tmp_path / "out.log"
+    p = run(*args, "-o", out)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    assert message in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_missing_transform_costs_without_estimate_fails_cleanly(tmp_path):
+    empty = tmp_path / "none.log"
+    empty.write_text("# no transform records\n")
+    out = tmp_path / "out.log"
+    p = run("solve", "resnet-18", "--records", X86, "--transform-records", empty, "-o", out)
+    assert p.returncode == 2 and "--estimate-transforms" in p.stderr and not out.exists()
+
+
+def test_malformed_log_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.log"
+    good = X86.read_text(encoding="utf-8").splitlines()
+    bad.write_text("\n".join(good[:3] + ["{not json"] + good[3:]) + "\n", encoding="utf-8")
+    p = run("solve", "resnet-18", "--records", bad, "-o", tmp_path / "o.log")
+    assert p.returncode == 2 and "bad.log:4" in p.stderr and "Traceback" not in p.stderr

@@ -1,0 +1,54 @@
+"""Depthwise kernels against the numpy reference."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kernels import Conv2DConfig, Conv2DWorkload
+from kernels.conv2d import build_conv2d
+from kernels.depthwise import DepthwiseKernel, build_depthwise
+from kernels.packing import from_blocked, pack_depthwise_weight, to_blocked
+from kernels.reference import conv2d_nchw
+
+
+def check(wl, cfg, *, bias=False, residual=False, activation=None, seed=0):
+    rng = np.random.default_rng(seed)
+    c = wl.in_channels
+    x = rng.standard_normal(wl.data_shape, dtype=np.float32)
+    w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    b = rng.standard_normal(c, dtype=np.float32) if bias else None
+    res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
+    k = build_depthwise(wl, cfg, bias=bias, residual=residual, activation=activation)
+    out = np.full(k.output_shape, np.nan, np.float32)
+    k(to_blocked(x, cfg.oc_bn), pack_depthwise_weight(w, cfg.oc_bn), out, bias=b,
+      residual=None if res is None else to_blocked(res, cfg.oc_bn))
+    expected = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=c,
+                           bias=b, residual=res, activation=activation)
+    np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("wl,cfg", [
+    (Conv2DWorkload((1, 32, 9, 9), (32, 1, 3, 3), padding=(1, 1, 1, 1), groups=32), Conv2DConfig(16, 16, 4, True)),
+    (Conv2DWorkload((1, 32, 9, 9), (32, 1, 3, 3), strides=(2, 2), padding=(0, 1, 1, 0), groups=32),
+     Conv2DConfig(32, 32, 3, False)),
+    (Conv2DWorkload((2, 6, 8, 7), (6, 1, 5, 5), padding=(2, 2, 2, 2), dilation=(1, 2), groups=6),
+     Conv2DConfig(3, 3, 2, True)),
+    (Conv2DWorkload((1, 4, 5, 5), (4, 1, 3, 3), groups=4), Conv2DConfig(1, 1, 2, False)),
+])
+def test_depthwise_matches_reference(wl, cfg):
+    check(wl, cfg)
+
+
+def test_depthwise_epilogue_and_dispatch():
+    wl = Conv2DWorkload((1, 16, 6, 6), (16, 1, 3, 3), padding=(1, 1, 1, 1), groups=16)
+    check(wl, Conv2DConfig(8, 8, 3, True), bias=True, residual=True, activation="relu6", seed=2)
+    assert isinstance(build_conv2d(wl, Conv2DConfig(8, 8, 3, True)), DepthwiseKernel)
+    with pytest.raises(ValueError, match="ic_bn == oc_bn"):
+        build_depthwise(wl, Conv2DConfig(4, 8, 3))
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 3), st.integers(1, 2), st.integers(0, 2),
+       st.integers(1, 6), st.booleans())
+def test_random_depthwise(bn, k, stride, pad, ow_bn, unroll):
+    wl = Conv2DWorkload((1, 16, 7, 6), (16, 1, k, k), strides=(stride, stride), padding=(pad, pad, pad, 0), groups=16)
+    check(wl, Conv2DConfig(bn, bn, ow_bn, unroll))

@@ -1,0 +1,43 @@
+"""Layout-transform kernels against numpy reshapes (all directions)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kernels.layout_transform import blocked_shape, build_transform, from_blocked, to_blocked
+
+
+def test_numpy_helpers_match_index_definition():
+    x = np.random.default_rng(0).standard_normal((2, 12, 3, 4)).astype(np.float32)
+    y = to_blocked(x, 4)
+    assert y.shape == (2, 3, 3, 4, 4)
+    assert y[1, 2, 0, 3, 1] == x[1, 2 * 4 + 1, 0, 3]  # NCHW[b]c definition
+    np.testing.assert_array_equal(from_blocked(y), x)
+
+
+@pytest.mark.parametrize("src,dst", [(None, 8), (8, None), (4, 8), (8, 4), (3, 2), (None, 24), (24, 3), (1, 6),
+                                     (None, 96), (96, None)])
+def test_transform_all_directions(src, dst):
+    shape = (2, 96 if 96 in (src, dst) else 24, 3, 5)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    t = build_transform(shape, src, dst)
+    assert t.input_shape == blocked_shape(shape, src) and t.output_shape == blocked_shape(shape, dst)
+    out = np.full(t.output_shape, np.nan, np.float32)
+    t(to_blocked(x, src), out)
+    np.testing.assert_array_equal(out, to_blocked(x, dst))
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([None, 1, 2, 3, 4, 6, 12]), st.sampled_from([None, 1, 2, 3, 4, 6, 12]),
+       st.integers(1, 4), st.integers(1, 9))
+def test_random_transform(src, dst, h, w):
+    shape = (1, 12, h, w)
+    x = np.random.default_rng(h * 10 + w).standard_normal(shape).astype(np.float32)
+    t = build_transform(shape, src, dst)
+    out = np.empty(t.output_shape, np.float32)
+    t(to_blocked(x, src), out)
+    np.testing.assert_array_equal(from_blocked(out), x)
+
+
+def test_bad_block_rejected():
+    with pytest.raises(ValueError, match="does not divide"):
+        build_transform((1, 12, 2, 2), 5, None)

@@ -1,0 +1,225 @@
+"""AutoTVM record reading and writing, on fixtures copied from real logs (tests/data)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import (
+    Record,
+    format_record,
+    make_conv2d_record,
+    make_transform_record,
+    normalize_padding,
+    read_records,
+)
+from kernels.workload import Conv2DWorkload
+
+DATA = Path(__file__).parent / "data"
+X86_V01 = DATA / "resnet18_x86_v01_typographic.log"
+CUDA_V01 = DATA / "resnet18_cuda_v01_typographic.log"
+CUDA_V02 = DATA / "centernet_cuda_v02_many_per_line.log"
+X86_RFC = DATA / "resnet18_x86_rfc2018.log"
+X86_V02 = DATA / "tvm010_x86_v02.log"
+ALL = [X86_V01, CUDA_V01, CUDA_V02, X86_RFC, X86_V02]
+
+GOOD_V02 = json.dumps(make_conv2d_record(
+    Conv2DWorkload((1, 8, 8, 8), (8, 8, 3, 3), padding=(1, 1, 1, 1)),
+    {"tile_ic": [-1, 8], "tile_oc": [-1, 8], "tile_ow": [-1, 8], "unroll_kw": True}, 0, [1e-4], "llvm",
+    timestamp=0.0))
+
+
+def test_x86_seed_counts_and_first_record():
+    assert "\u201c" in X86_V01.read_text()  # the fixture really has typographic quotes
+    log = read_records(X86_V01)
+    assert len(log.records) == 21
+    assert len({r.workload for r in log.records}) == 12
+    first = log.records[0]
+    assert first.target == "llvm" and first.task_name == "topi_x86_conv2d_NCHWc" and first.version == 0.1
+    assert first.workload == Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3))
+    assert first.config_index == 136
+    assert first.entity == {"tile_ic": [-1, 1], "tile_oc": [-1, 32], "tile_ow": [-1, 1], "unroll_kw": False}
+    assert first.time == pytest.approx(0.01014757672815534)
+    assert first.source == f"{X86_V01}:1"
+
+
+def test_cuda_v01_seed():
+    log = read_records(CUDA_V01)
+    assert len(log.records) == 12
+    assert {r.target_kind for r in log.records} == {"cuda"}
+    assert {r.task_name for r in log.records} == {"topi_nn_conv2d"}
+
+
+def test_many_records_per_line_and_mixed_quotes():
+    lines = CUDA_V02.read_text().splitlines()
+    assert len(lines) == 3 and '"result"' in lines[1] and "\u201cinput\u201d" in lines[1]
+    log = read_records(CUDA_V02)
+    assert len(log.records) == 42
+    assert sum(r.source.endswith(":1") for r in log.records) == 40
+    assert [r.task_name for r in log.records if r.source.endswith(":2")] == ["conv2d_nchw_winograd.cuda"]
+    winograd = log.records[40]
+    assert winograd.version == 0.2
+    assert winograd.workload == Conv2DWorkload((1, 3, 608, 608), (16, 3, 7, 7), padding=(3, 3, 3, 3))
+    assert winograd.time == pytest.approx(0.07371293322794117)
+
+
+def test_rfc_2018_format_normalised():
+    log = read_records(X86_RFC)  # has a '# comment' line and a blank line
+    assert len(log.records) == 21 and log.skipped_bad == 0
+    first = log.records[0]
+    # args: data, kernel, num_filter, kernel_size, strides, padding [3, 3], layout, out_layout, dtype
+    assert first.workload == Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1))
+    assert first.entity["tile_ow"] == [28, 4]
+    assert first.target == "llvm -mcpu=skylake-avx512"
+
+
+def _v01(task="topi_x86_conv2d_NCHWc", args=None, error_no=0, costs=(1e-3,)):
+    args = args or [["TENSOR", [1, 8, 8, 8], "float32"], ["TENSOR", [8, 8, 3, 3], "float32"],
+                    [1, 1], [1, 1, 1, 1], [1, 1], "NCHW", "float32"]
+    return json.dumps({"i": ["llvm", task, args, {}, [], {"i": 0, "c": None, "e": []}],
+                       "r": [list(costs), error_no, 1.0, 0.0], "v": 0.1})
+
+
+def test_failed_measurements_and_unknown_tasks_are_counted():
+    log = read_records([_v01(error_no=4, costs=(1e9,)), _v01(), _v01(task="dense_nopack.x86"),
+                        _v01(task="dense_nopack.x86")])
+    assert len(log.records) == 1
+    assert log.skipped_error == 1
+    assert log.skipped_unknown_task == 2 and log.unknown_tasks == {"dense_nopack.x86": 2}
+    assert "2 of unknown tasks (dense_nopack.x86)" in log.summary()
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "resnet.log"
+    broken = GOOD_V02.replace('"version": 0.2,', '"version": 0.2')  # a comma lost in editing
+    path.write_text(f"# header\n{GOOD_V02}\n{broken}\n{GOOD_V02}\n")
+    with pytest.raises(GraphTunerError) as e:
+        read_records(path)
+    assert str(e.value) == (f"{path}:3: not a valid AutoTVM record (Expecting ',' delimiter); "
+                            "fix the line or pass --skip-bad-lines")
+    log = read_records(path, skip_bad_lines=True)
+    assert len(log.records) == 2 and log.skipped_bad == 1
+    assert log.warnings[0].startswith(f"{path}:3: ")
+
+
+@pytest.mark.parametrize("line", [
+    "hello world",
+    '{"i": ["llvm"], "r": [[1e-3], 0, 0, 0], "v": 0.1}',  # too few fields
+    '{"foo": 1}',
+    "[1, 2, 3]",
+    _v01(args=[["TENSOR", [1, 8, 8, 8], "float32"], ["TENSOR", [8, 3, 3, 3], "float32"],
+               [1, 1], [1, 1, 1, 1], [1, 1], "NCHW", "float32"]),  # kernel does not fit the data
+    _v01(costs=()),
+])
+def test_structurally_bad_records(line):
+    with pytest.raises(GraphTunerError, match=r"^<records>:1: not a valid AutoTVM record \(.+\); fix"):
+        read_records([line])
+    assert read_records([line], skip_bad_lines=True).skipped_bad == 1
+
+
+def test_missing_file_is_a_user_error(tmp_path):
+    with pytest.raises(GraphTunerError, match="nope.log: cannot read"):
+        read_records(tmp_path / "nope.log")
+
+
+def test_layout_transform_records_are_separate():
+    line = json.dumps({"i": ["llvm -mcpu=skylake-avx512", "layout_transform",
+                             [["TENSOR", [1, 64, 56, 56], "float32"], "NCHW8c", "NCHW16c"], {},
+                             ["layout_transform", [1, 64, 56, 56, "float32"], "NCHW8c", "NCHW16c"],
+                             {"i": 0, "c": None, "e": []}],
+                       "r": [[2e-5, 4e-5], 0, 0.5, 0.0], "v": 0.1})
+    log = read_records([line, _v01()])
+    assert len(log.records) == 1 and len(log.transforms) == 1
+    t = log.transforms[0]
+    assert (t.shape, t.src_layout, t.dst_layout) == ((1, 64, 56, 56), "NCHW8c", "NCHW16c")
+    assert t.time == pytest.approx(3e-5)
+    assert json.loads(format_record(t)) == json.loads(line)
+
+
+def test_argument_forms_are_normalised():
+    base = [["TENSOR", [1, 8, 8, 8], "float32"], ["TENSOR", [8, 8, 3, 3], "float32"]]
+    ints = read_records([_v01(args=base + [1, 1, 1, "NCHW", "float32"])]).records[0].workload
+    pairs = read_records([_v01(args=base + [[1, 1], [1, 1], [1, 1], "NCHW", "float32"])]).records[0].workload
+    no_dilation = read_records([_v01(task="conv2d_nchw.cuda", args=base + [[1, 1], [1, 1, 1, 1], "float32"])])
+    assert ints == pairs == no_dilation.records[0].workload
+    assert ints.padding == (1, 1, 1, 1) and ints.dilation == (1, 1)
+    assert normalize_padding([1, 2]) == (1, 2, 1, 2)
+
+
+def test_depthwise_kernel_multiplier_form():
+    args = [["TENSOR", [1, 32, 8, 8], "float32"], ["TENSOR", [32, 1, 3, 3], "float32"],
+            [1, 1], [1, 1, 1, 1], [1, 1], "float32"]
+    w = read_records([_v01(task="topi_nn_depthwise_conv2d_nchw", args=args)]).records[0].workload
+    assert w.is_depthwise and w.groups == 32 and w.kernel_shape == (32, 1, 3, 3)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_format_round_trip_keeps_version_and_content(path):
+    log = read_records(path)
+    lines = [format_record(r) for r in log.records]
+    assert not any(q in line for line in lines for q in "\u201c\u201d")
+    again = read_records(lines).records
+    assert again == log.records
+    for rec, line in zip(log.records, lines):
+        assert json.loads(line) == rec.raw
+        assert list(json.loads(line)) == list(rec.raw)  # key order kept too
+        assert ('"v": 0.1' in line) == (rec.version == 0.1)
+
+
+@pytest.mark.parametrize("path", [X86_V01, CUDA_V01, X86_RFC], ids=lambda p: p.stem)
+def test_v01_to_v02_conversion(path):
+    log = read_records(path)
+    converted = read_records([format_record(r, version="v0.2") for r in log.records]).records
+    for old, new in zip(log.records, converted, strict=True):
+        assert new.version == 0.2 and new.raw["version"] == 0.2
+        assert dataclasses.replace(new, version=0.1) == old
+        assert new.raw["input"] == old.raw["i"][:4]
+        assert new.raw["result"] == old.raw["r"]
+        assert new.raw["config"]["entity"] == old.raw["i"][5]["e"]
+    assert format_record(converted[0], version=0.2) == format_record(converted[0])
+    with pytest.raises(ValueError, match="v0.1"):
+        format_record(converted[0], version="0.1")
+
+
+def test_records_and_dicts_are_accepted_as_input():
+    log = read_records(X86_V01)
+    assert read_records(log.records).records == log.records
+    assert read_records([r.raw for r in log.records]).records == log.records
+
+
+def test_make_transform_record_round_trip():
+    d = make_transform_record([1, 3, 224, 224], "NCHW", "NCHW3c", [1e-5, 3e-5], "llvm -mcpu=x", timestamp=5.0)
+    t = read_records([json.dumps(d)]).transforms[0]
+    assert t.shape == (1, 3, 224, 224) and t.time == pytest.approx(2e-5) and t.target == "llvm -mcpu=x"
+
+
+dims = st.integers(1, 64)
+
+
+@st.composite
+def workloads(draw):
+    c = draw(st.sampled_from([1, 3, 8, 16, 24, 64]))
+    depthwise = draw(st.booleans()) and c > 1
+    oc = c if depthwise else draw(st.sampled_from([4, 16, 32, 48]))
+    k = draw(st.sampled_from([1, 3, 5]))
+    h, w = draw(dims) + k, draw(dims) + k
+    pad = tuple(draw(st.lists(st.integers(0, 2), min_size=4, max_size=4)))
+    return Conv2DWorkload((1, c, h, w), (oc, 1 if depthwise else c, k, k),
+                          (draw(st.integers(1, 2)),) * 2, pad, groups=c if depthwise else 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads(), st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=4))
+def test_make_conv2d_record_round_trips(w, costs):
+    entity = [["tile_ic", "sp", [-1, 1]], ["tile_oc", "sp", [-1, 1]], ["tile_ow", "sp", [-1, 1]],
+              ["unroll_kw", "ot", False]]
+    d = make_conv2d_record(w, entity, 3, costs, "llvm -mcpu=sapphirerapids", timestamp=1.0)
+    rec = read_records([format_record(d)]).records[0]
+    assert isinstance(rec, Record)
+    assert rec.workload == w and rec.config_index == 3 and rec.costs == tuple(costs)
+    assert rec.task_name == ("depthwise_conv2d_NCHWc.x86" if w.is_depthwise else "conv2d_NCHWc.x86")
+    assert rec.entity == {name: value for name, _, value in entity}

@@ -1,0 +1,108 @@
+"""Problem validation, evaluate, method limits (brute cap, dp table cap, ilp time limit)."""
+import math
+
+import numpy as np
+import pytest
+
+from solvers import Infeasible, NoSolutionFound, Problem, TableTooLarge, solve
+
+
+def test_bad_input_is_rejected():
+    p = Problem()
+    with pytest.raises(ValueError, match="negative"):
+        p.add_node([1.0, -1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        p.add_node([math.nan])
+    with pytest.raises(ValueError, match="non-empty"):
+        p.add_node([])
+    a, b = p.add_node([0.0, 0.0]), p.add_node([0.0])
+    with pytest.raises(ValueError, match="shape"):
+        p.add_edge(a, b, [[0.0, 0.0]])
+    with pytest.raises(ValueError, match="negative"):
+        p.add_edge(a, b, [[0.0], [-2.0]])
+    with pytest.raises(ValueError, match="unknown node"):
+        p.add_edge(a, 7, [[0.0]])
+    with pytest.raises(ValueError, match="negative"):
+        p.add_conversion(a, [b], [0, 1], [[1]], [[0, -1], [1, 0]])
+    with pytest.raises(ValueError, match=r"integers in \[0, 2\)"):
+        p.add_conversion(a, [b], [0, 2], [[1]], [[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="one class per choice"):
+        p.add_conversion(a, [b], [0], [[1]], [[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="square"):
+        p.add_conversion(a, [b], [0, 1], [[1]], [[0, 1, 1], [1, 0, 1]])
+    with pytest.raises(ValueError, match="out of range"):
+        p.evaluate([2, 0])
+    with pytest.raises(ValueError, match="unknown method"):
+        solve(p, "magic")
+
+
+def test_table_diagonal_is_ignored_and_repeated_edges_add():
+    p = Problem()
+    a, b = p.add_node([0.0, 0.0]), p.add_node([0.0, 0.0])
+    p.add_edge(a, b, [[1.0, 0.0], [0.0, 0.0]])
+    p.add_edge(b, a, [[2.0, 0.0], [0.0, 0.0]])  # transposed orientation, adds to the same pair
+    # b listed twice: choice 0 needs {0}, choice 1 needs {1, 0}; the diagonal (99) is ignored
+    p.add_conversion(a, [b, b], [0, 1], [[0, 1], [0, 0]], [[99.0, 5.0], [7.0, 99.0]])
+    assert p.evaluate([0, 0]) == 1.0 + 2.0  # both edge entries, no conversion
+    assert p.evaluate([1, 0]) == 7.0  # class 1 -> needs {0}
+    assert p.evaluate([0, 1]) == 5.0  # class 0 -> needs {0, 1}: pays 0->1 once
+    assert p.evaluate([1, 1]) == 7.0  # class 1 -> needs {1, 0}: pays 1->0 once
+
+
+def test_all_inf_is_infeasible_for_every_method():
+    p = Problem()
+    a, b = p.add_node([0.0, 1.0]), p.add_node([2.0, 0.0])
+    p.add_edge(a, b, [[math.inf, math.inf], [math.inf, math.inf]])
+    for method in ("dp", "ilp", "pbqp", "brute"):
+        with pytest.raises(Infeasible):
+            solve(p, method)
+    assert issubclass(Infeasible, ValueError)
+
+
+def test_brute_refuses_huge_problems():
+    p = Problem()
+    for _ in range(8):
+        p.add_node(np.zeros(10))
+    with pytest.raises(ValueError, match="refuses"):
+        solve(p, "brute")
+
+
+def dense_problem(n=9, k=6, seed=0):
+    rng = np.random.default_rng(seed)
+    p = Problem()
+    for _ in range(n):
+        p.add_node(rng.uniform(0, 1, k))
+    for i in range(n):
+        for j in range(i + 1, n):
+            p.add_edge(i, j, rng.uniform(0, 1, (k, k)))
+    return p
+
+
+def test_dp_table_cap_names_ilp():
+    with pytest.raises(TableTooLarge, match="ilp"):
+        solve(dense_problem(), "dp", max_table_entries=10_000)
+    assert issubclass(TableTooLarge, ValueError)
+
+
+def test_ilp_time_limit_gives_incumbent_or_clear_error():
+    p = dense_problem(n=12, k=8, seed=3)
+    try:
+        s = solve(p, "ilp", time_limit=0.05)
+    except NoSolutionFound as e:
+        assert "limit" in str(e)
+        return
+    assert math.isfinite(s.cost) and s.cost == p.evaluate(s.choice)
+    if not s.optimal:
+        assert s.bound is None or s.bound <= s.cost
+
+
+def test_shared_conversion_is_paid_once_by_exact_methods():
+    # conv output class 0 feeds three consumers that each need class 1 (or class 0 at cost 2)
+    p = Problem()
+    src = p.add_node([0.0])
+    dsts = [p.add_node([2.0, 0.0]) for _ in range(3)]
+    p.add_conversion(src, dsts, [0], [[0, 1]] * 3, [[0, 3], [3, 0]])
+    # pay the transform once (3) and let all consumers take their free choice
+    for method in ("dp", "ilp", "brute"):
+        s = solve(p, method)
+        assert s.cost == 3.0 and s.choice[1:] == [1, 1, 1] and s.optimal
