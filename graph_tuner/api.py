@@ -138,10 +138,10 @@ class GraphTuner:
         )
         if abs(plan.cost - sol.cost) > 1e-6 * max(1.0, abs(sol.cost)):
             raise AssertionError(f"plan total {plan.cost} != solver objective {sol.cost}")  # a bug, not user error
-        plan.baselines_ms = {
-            "history_best": self._baseline(lambda name, cs: [min(cs, key=lambda c: c.time)]),
-            "default": self._baseline(self._default_candidates),
-        }
+        plan.baselines_ms = {}
+        for name in ("history_best", "default"):
+            base = self.baseline_plan(name)
+            plan.baselines_ms[name] = None if base is None else base.cost
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
                 f"default plan n/a: some layer has no record at AutoTVM's default layouts "
@@ -165,16 +165,39 @@ class GraphTuner:
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
-    def _baseline(self, pick) -> float | None:
-        """Total under the same cost model with each conv's choice fixed by ``pick``;
-        joins still choose their best layout."""
-        fixed = {name: pick(name, cs) for name, cs in self.candidates.items()}
+    def baseline_plan(self, name: str) -> Plan | None:
+        """A reference plan under the same cost model (None if the log cannot form it).
+
+        ``history_best``: each layer's fastest record, whatever its layouts.
+        ``default``: each layer at AutoTVM's default layouts (SIMD-width blocks).
+        Both let adds and concats take their best layout, which favours them.
+        """
+        if name == "history_best":
+            fixed = {n: [min(cs, key=lambda c: c.time)] for n, cs in self.candidates.items()}
+        elif name == "default":
+            fixed = {n: self._default_candidates(n, cs) for n, cs in self.candidates.items()}
+        else:
+            raise ValueError(f"unknown baseline {name!r}")
         if any(not cs for cs in fixed.values()):
             return None
-        sp = build_problem(self.flow, fixed, self.transforms.seconds, self._blocks())
         from solvers import solve
 
-        return float(solve(sp.problem, method="dp").cost)
+        sp = build_problem(self.flow, fixed, self.transforms.seconds, self._blocks())
+        t0 = time.perf_counter()
+        sol = solve(sp.problem, method="dp")
+        layers, transforms, joins = read_choice(sp, sol.choice, self._conv_index(), self._workload_by_name())
+        return Plan(
+            model=self.model.name,
+            target=self.target,
+            layers=layers,
+            transforms=transforms,
+            joins=joins,
+            solver=f"{name} (dp over joins)",
+            optimal=bool(sol.optimal),
+            bound_ms=sol.bound,
+            solve_seconds=time.perf_counter() - t0,
+            records=[lc.candidate.record for lc in layers],
+        )
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)
@@ -192,6 +215,90 @@ class GraphTuner:
             + [f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"],
             records=best,
         )
+
+
+def apply_records(
+    model: str | os.PathLike | Model,
+    records: str | os.PathLike | Iterable[str],
+    transforms: TransformCosts | None = None,
+    *,
+    batch: int = 1,
+    measure: bool = True,
+    progress: bool = False,
+) -> Plan:
+    """The plan a positional x86 log describes: conv layer i runs record i.
+
+    This is how TVM's ``apply_graph_best`` reads a graph-tuned log. The log fixes each
+    conv's schedule and layouts; adds and concats then take their best layout under the
+    cost model, and the transforms follow. Missing transform costs are read from the disk
+    cache, else measured (``measure=True``) or estimated. A log whose length or
+    workloads do not match the model's conv layers is a :class:`GraphTunerError`.
+    """
+    m = load_model(model, batch=batch)
+    log = read_records(records)
+    convs = m.convs()
+    recs = [r for r in log.records if r.target_kind == "llvm" and r.task_name in cand.X86_TASKS]
+    if len(recs) != len(convs):
+        raise GraphTunerError(
+            f"{getattr(records, 'name', records)}: {len(recs)} x86 conv records for {len(convs)} conv layers of "
+            f"'{m.name}'; a graph-tuned log has exactly one per layer (write one with `graph-tuner solve`)"
+        )
+    from kernels.config_space import entity_config
+
+    chosen: dict[str, list] = {}
+    for i, (op, rec) in enumerate(zip(convs, recs)):
+        w = m.workload(op)
+        if cand.match_key(rec.workload) != cand.match_key(w):
+            raise GraphTunerError(
+                f"{rec.source}: record {i} is for {cand.describe(rec.workload)} but layer {i} '{op.name}' is "
+                f"{cand.describe(w)}; the log was written for another model"
+            )
+        config = entity_config(rec.entity)
+        chosen[op.name] = [cand.Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config)]
+    flow = analyse(m)
+    costs = transforms or TransformCosts()
+    costs.load_records(log.transforms)
+    blocks = sorted({1} | {b for cs in chosen.values() for c in cs for b in (c.in_block, c.out_block)})
+    # Joins may also pick the SIMD width's block, as TVM's AlterOpLayout would.
+    blocks = sorted(set(blocks) | {_simd_lanes()})
+    needed = required_transforms(flow, chosen, blocks)
+    _fill_transform_costs(costs, needed, measure=measure, progress=progress)
+    sp = build_problem(flow, chosen, costs.seconds, blocks)
+    from solvers import solve
+
+    t0 = time.perf_counter()
+    sol = solve(sp.problem, method="dp")
+    layers, transforms_, joins = read_choice(
+        sp, sol.choice, {op.name: i for i, op in enumerate(convs)}, {op.name: m.workload(op) for op in convs}
+    )
+    return Plan(
+        model=m.name,
+        target=recs[0].target,
+        layers=layers,
+        transforms=transforms_,
+        joins=joins,
+        solver="dp",
+        optimal=bool(sol.optimal),
+        bound_ms=sol.bound,
+        solve_seconds=time.perf_counter() - t0,
+        records=[lc.candidate.record for lc in layers],
+    )
+
+
+def _fill_transform_costs(costs: TransformCosts, keys: list, *, measure: bool, progress: bool) -> None:
+    missing = costs.missing(keys)
+    if not missing:
+        return
+    from kernels.transform_bench import load_cached, measure_transforms
+
+    for (shape, a, b), secs in load_cached(missing).items():
+        costs.add(shape, a, b, secs)
+    missing = costs.missing(keys)
+    if missing and measure:
+        for (shape, a, b), secs in measure_transforms(missing, progress=progress).items():
+            costs.add(shape, a, b, secs)
+    elif missing:
+        costs.estimate_missing(keys)
 
 
 def _blocks_of(t) -> tuple[int, int]:

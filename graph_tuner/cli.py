@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graph-tuner: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Output piped into e.g. `head`, which exited: not an error of ours.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graph_tuner.atomic import atomic_open
-from graph_tuner.layout_flow import PLAIN, layout_name
+from graph_tuner.layout_flow import layout_name
 from graph_tuner.records import format_record
 from graph_tuner.selection import SelectionProblem
 
@@ -34,7 +34,7 @@ class TransformChoice:
     src_layout: str
     dst_layout: str
     time_ms: float
-    consumers: list[str]
+    consumers: list[str]  # names of the ops reading the transformed tensor; "<output>" for a graph output
     estimated: bool = False
 
 
@@ -173,10 +173,9 @@ def read_choice(sp: SelectionProblem, choice: list[int], conv_index: dict[str, i
         for r in t.requirements:
             b = sp.in_blocks(r.decision)[choice[sp.node[r.decision]]]
             if b != have:
-                via = r.via if r.decision != PLAIN else f"{r.via} (plain)"
                 wanted.setdefault(b, [])
-                if via not in wanted[b]:
-                    wanted[b].append(via)
+                if r.via not in wanted[b]:
+                    wanted[b].append(r.via)
         for b, consumers in sorted(wanted.items()):
             key = (t.shape, have, b)
             transforms.append(

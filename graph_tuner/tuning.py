@@ -89,9 +89,10 @@ def repair_tail(path: str | os.PathLike) -> bool:
     except ValueError:
         keep = data[:cut]
     with open(path, "r+b") as f:
+        f.seek(cut)
         f.write(keep[cut:])
         f.truncate(len(keep))
-    return keep == data[:cut]
+    return len(keep) == cut
 
 
 def logged(path: str | os.PathLike, target: str) -> tuple[dict[str, dict[int, float | None]], set[str]]:

@@ -1,0 +1,158 @@
+"""The kernel tuner (kernels/tuner.py) with injected fake measuring functions, plus one real tiny run."""
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernels.tuner as tuner_mod
+from graph_tuner.candidates import fallback_config as graph_fallback_config
+from graph_tuner.model import load_model
+from kernels.config_space import divisors
+from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config,
+                           supported, tune, tuning_space)
+from kernels.workload import Conv2DWorkload
+
+W3 = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+W1 = Conv2DWorkload((1, 64, 56, 56), (128, 64, 1, 1), strides=(2, 2))
+
+
+def landscape(workload, c):
+    """A made-up smooth landscape: best at oc_bn 32, ic_bn 16, 16-24 accumulators, unroll on."""
+    acc = c.ow_bn * c.oh_bn * math.ceil(c.oc_bn / 16)
+    return 1e-3 * (1 + abs(math.log2(c.oc_bn / 32)) + 0.5 * abs(math.log2(c.ic_bn / 16))
+                   + abs(math.log2(acc / 20)) + (0.0 if c.unroll_kw else 0.2))
+
+
+class Counting:
+    def __init__(self, fn=landscape):
+        self.fn, self.calls = fn, []
+
+    def __call__(self, workload, config):
+        self.calls.append(config)
+        return self.fn(workload, config)
+
+
+def test_respects_trials_and_never_measures_twice():
+    fake = Counting()
+    seen = []
+    result = tune(W3, trials=25, measure=fake, callback=seen.append, lanes=16)
+    indices = [m.index for m in result.measurements]
+    assert len(fake.calls) == 25 == len(indices) == len(set(indices))
+    assert seen == result.measurements  # the callback saw every measurement, in order
+    space = tuning_space(W3)
+    assert all(space.config(m.index) == m.config and space.entity_list(m.index) == m.entity for m in seen)
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.sampled_from([3, 4, 8, 12]), o=st.sampled_from([4, 8, 16]), hw=st.integers(3, 9),
+       k=st.sampled_from([1, 3]), trials=st.integers(1, 60), seed=st.integers(0, 3))
+def test_random_workloads_unique_indices_within_space(c, o, hw, k, trials, seed):
+    w = Conv2DWorkload((1, c, hw, hw), (o, c, k, k), padding=(k // 2,) * 4)
+    result = tune(w, trials=trials, measure=landscape, lanes=16, seed=seed)
+    indices = [m.index for m in result.measurements]
+    assert len(indices) == len(set(indices)) == min(trials, len(tuning_space(w)))
+    assert all(0 <= i < len(tuning_space(w)) for i in indices)
+
+
+def test_exhaustive_on_a_small_space_finds_the_brute_force_optimum():
+    w = Conv2DWorkload((1, 4, 5, 5), (8, 4, 3, 3), padding=(1, 1, 1, 1))
+    space = tuning_space(w)
+    result = tune(w, trials=10_000, measure=landscape, lanes=16)
+    assert sorted(m.index for m in result.measurements) == list(range(len(space)))
+    brute = min(landscape(w, space.config(i)) for i in range(len(space)))
+    assert result.best.seconds == brute
+
+
+def test_time_budget_stops_the_search(monkeypatch):
+    clock = itertools.count()  # every reading of the clock advances it by one "second"
+    monkeypatch.setattr(tuner_mod.time, "perf_counter", lambda: float(next(clock)))
+    result = tune(W3, trials=1000, time_budget=20, measure=landscape, lanes=16)
+    # start + 3 readings per trial (budget check, trial start, trial end): far fewer than 1000 trials
+    assert 0 < len(result.measurements) <= 10
+
+
+def test_measured_configs_are_skipped_and_count_toward_trials():
+    first = tune(W3, trials=12, measure=landscape, lanes=16)
+    previous = {m.index: m.seconds for m in first.measurements}
+    previous[first.measurements[-1].index] = None  # a failed one is not retried either
+    fake = Counting()
+    second = tune(W3, trials=20, measure=fake, measured=previous, lanes=16)
+    assert len(second.measurements) == 8 == len(fake.calls)
+    assert not {m.index for m in second.measurements} & set(previous)
+    assert tune(W3, trials=12, measure=fake, measured=previous, lanes=16).measurements == []
+
+
+def test_errors_are_reported_with_tvm_codes_and_the_search_goes_on():
+    def flaky(w, c):
+        if c.ic_bn == 8:
+            raise MeasureError(INSTANTIATION_ERROR, "refused")
+        if c.oc_bn == 8:
+            raise RuntimeError("boom")
+        return landscape(w, c)
+
+    result = tune(W3, trials=40, measure=flaky, lanes=16)
+    codes = {(m.config.ic_bn == 8, m.config.oc_bn == 8 and m.config.ic_bn != 8): m.error_no
+             for m in result.measurements}
+    assert codes.get((True, False)) == INSTANTIATION_ERROR and codes.get((False, True)) == UNKNOWN_ERROR
+    assert all(m.seconds is None and m.error for m in result.measurements if m.error_no)
+    assert result.errors == sum(m.error_no != 0 for m in result.measurements) > 0
+    assert len(result.measurements) == 40 and result.best.config.ic_bn != 8
+
+
+def test_diverse_layout_pairs_and_default_first():
+    # A landscape with one dominant pair must still yield >= 8 distinct (ic_bn, oc_bn) pairs.
+    def one_pair(w, c):
+        return 1e-4 if (c.ic_bn, c.oc_bn) == (16, 16) else 1e-2 * c.ow_bn
+
+    for w in (W3, W1):
+        result = tune(w, trials=16, measure=one_pair, lanes=16)
+        assert len(result.pairs) >= 8
+        assert result.measurements[0].config == fallback_config(w, 16)
+
+
+def test_fallback_matches_the_graph_tuners_default_on_resnet18():
+    for w, _ in load_model("resnet-18").distinct_workloads():
+        assert fallback_config(w, 16) == graph_fallback_config(w)
+        assert supported(w, fallback_config(w, 16))
+
+
+def test_guided_search_finds_a_near_optimal_config():
+    space = tuning_space(W3)
+    all_times = sorted(landscape(W3, space.config(i)) for i in range(len(space)))
+    result = tune(W3, trials=40, measure=landscape, lanes=16)
+    # Within the best 2% of a 980-config space after 40 trials (random search: ~55% chance).
+    assert result.best.seconds <= all_times[len(all_times) // 50]
+
+
+def test_depthwise_only_tries_aligned_blocks():
+    w = Conv2DWorkload((1, 16, 8, 8), (16, 1, 3, 3), padding=(1, 1, 1, 1), groups=16)
+    result = tune(w, trials=10_000, measure=landscape, lanes=16)
+    assert all(m.config.ic_bn == m.config.oc_bn for m in result.measurements)
+    n = len(divisors(16))
+    assert len(result.measurements) + result.unsupported == len(tuning_space(w))
+    assert result.unsupported == len(tuning_space(w)) * (n - 1) // n
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        tune(W3, trials=0, measure=landscape)
+    with pytest.raises(ValueError):
+        tune(W3, time_budget=0, measure=landscape)
+
+
+def test_real_kernel_timer_on_a_tiny_workload():
+    w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    result = tune(w, trials=3, measure=tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2))
+    assert len(result.measurements) == 3 and all(m.ok and m.seconds > 0 for m in result.measurements)
+    assert all(m.elapsed >= m.seconds for m in result.measurements)
+
+
+def test_kernel_timer_reports_build_errors_as_tvm_codes():
+    from kernels.config import Conv2DConfig
+
+    w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    with pytest.raises(MeasureError) as e:
+        tuner_mod.KernelTimer()(w, Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=4))  # 3 does not divide 16
+    assert e.value.error_no in (INSTANTIATION_ERROR, COMPILE_HOST)

@@ -1,0 +1,140 @@
+"""graph_tuner/tuning.py: records appended per measurement, resume after a kill, errors, transforms."""
+import json
+
+import pytest
+
+from graph_tuner.candidates import fallback_config, layer_candidates
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import read_records
+from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, transform_keys,
+                                tune_workloads)
+from kernels.config_space import task_space
+from kernels.tuner import INSTANTIATION_ERROR, MeasureError
+from kernels.workload import Conv2DWorkload
+
+W3 = Conv2DWorkload((1, 32, 14, 14), (64, 32, 3, 3), padding=(1, 1, 1, 1))
+W1 = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
+
+
+def fake(w, c):
+    return 1e-4 * (1 + abs(c.oc_bn - 16) / 16 + abs(c.ow_bn - 7) / 7 + (c.ic_bn == 1))
+
+
+def indices_by_workload(path):
+    out = {}
+    for line in open(path):
+        obj = json.loads(line)
+        if obj["input"][1] != "layout_transform":
+            out.setdefault(json.dumps(obj["input"][2]), []).append(obj["config"]["index"])
+    return out
+
+
+def test_records_parse_and_feed_layer_candidates(tmp_path):
+    log = tmp_path / "t.log"
+    summaries = tune_workloads([(W3, 2), (W1, 1)], log, trials=12, measure=fake, progress=False, transforms=False)
+    assert [s.new for s in summaries] == [12, 12] and all(len(s.pairs) >= 8 for s in summaries)
+    records = read_records(log).records
+    assert len(records) == 24
+    assert {r.task_name for r in records} == {"conv2d_NCHWc.x86"} and {r.target for r in records} == {host_target()}
+    for r in records:  # index and entity agree in AutoTVM's conv2d_NCHWc.x86 space
+        assert task_space("conv2d_NCHWc.x86", r.workload).entity(r.config_index) == r.entity
+    cands = layer_candidates([W3, W1, W3], read_records(log), target=host_target())
+    assert all(len(c) >= 8 for c in cands)
+    for w, c in zip([W3, W1], cands):  # the default (fallback) layouts are among the candidates
+        f = fallback_config(w)
+        assert (f.ic_bn, f.oc_bn) in {(x.in_block, x.out_block) for x in c}
+    assert summaries[0].best_seconds == min(r.time for r in records if r.workload == W3)
+
+
+def test_resume_after_a_kill_mid_line(tmp_path):
+    log = tmp_path / "t.log"
+    calls = []
+
+    def dying(w, c):
+        calls.append(c)
+        if len(calls) == 7:
+            raise KeyboardInterrupt  # the run is killed during its 7th measurement
+        return fake(w, c)
+
+    with pytest.raises(KeyboardInterrupt):
+        tune_workloads([(W3, 1)], log, trials=10, measure=dying, progress=False, transforms=False)
+    lines = log.read_text().splitlines(keepends=True)
+    assert len(lines) == 6  # every finished measurement was flushed
+    log.write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])  # and the kill tore the last line
+    kept = [json.loads(line)["config"]["index"] for line in lines[:5]]
+
+    again = []
+    summary = tune_workloads([(W3, 1)], log, trials=10, measure=lambda w, c: again.append(c) or fake(w, c),
+                             progress=False, transforms=False)[0]
+    assert summary.resumed == 5 and summary.new == 5 == len(again)
+    (indices,) = indices_by_workload(log).values()
+    assert indices[:5] == kept and len(indices) == len(set(indices)) == 10
+    assert len(read_records(log).records) == 10  # the torn line is gone, the log reads cleanly
+    # A complete run is not repeated.
+    assert tune_workloads([(W3, 1)], log, trials=10, measure=fake, progress=False, transforms=False)[0].new == 0
+
+
+def test_failed_measurements_are_logged_and_not_retried(tmp_path):
+    log = tmp_path / "t.log"
+
+    def picky(w, c):
+        if c.ic_bn == 4:
+            raise MeasureError(INSTANTIATION_ERROR, "no")
+        return fake(w, c)
+
+    s = tune_workloads([(W3, 1)], log, trials=40, measure=picky, progress=False, transforms=False)[0]
+    errors = [json.loads(line) for line in open(log) if json.loads(line)["result"][1] != 0]
+    assert s.errors == len(errors) > 0 and {e["result"][1] for e in errors} == {INSTANTIATION_ERROR}
+    assert read_records(log).skipped_error == len(errors)
+    done, _ = logged(log, host_target())
+    assert sum(v is None for runs in done.values() for v in runs.values()) == len(errors)
+    s2 = tune_workloads([(W3, 1)], log, trials=45, measure=picky, progress=False, transforms=False)[0]
+    assert s2.resumed == 40 and s2.new == 5
+
+
+def test_repair_tail(tmp_path):
+    p = tmp_path / "x.log"
+    p.write_text('{"a": 1}\n{"b": 2')
+    assert repair_tail(p) and p.read_text() == '{"a": 1}\n'
+    p.write_text('{"a": 1}\n{"b": 2}')  # complete last record without its newline: kept
+    assert not repair_tail(p) and p.read_text() == '{"a": 1}\n{"b": 2}\n'
+
+
+def test_transform_records_appended_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    tune_workloads([(W1, 1)], log, trials=10, measure=fake, progress=False, transforms=False)
+    recs = read_records(log).records
+    keys = transform_keys([W1.data_shape], recs, host_target())
+    blocks = {1} | {r.workload and int(r.entity["tile_ic"][-1]) for r in recs} | {int(r.entity["tile_oc"][-1]) for r in recs}
+    assert len(keys) == len(blocks) * (len(blocks) - 1)
+    measured = []
+    n = append_transforms(log, keys, host_target(), progress=False, measure=lambda k: measured.append(k) or 1e-5)
+    assert n == len(keys) == len(measured)
+    ts = read_records(log).transforms
+    assert len(ts) == len(keys) and all(t.shape == W1.data_shape and t.time == 1e-5 for t in ts)
+    assert {t.src_layout for t in ts} == {"NCHW" if b == 1 else f"NCHW{b}c" for b in blocks}
+    assert append_transforms(log, keys, host_target(), progress=False, measure=lambda k: 1 / 0) == 0
+
+
+def test_bad_arguments_and_unwritable_log(tmp_path):
+    with pytest.raises(GraphTunerError, match="--trials"):
+        tune_workloads([(W1, 1)], tmp_path / "t.log", trials=0, measure=fake)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(GraphTunerError, match="cannot write"):
+        tune_workloads([(W1, 1)], blocker / "t.log", trials=1, measure=fake)
+
+
+def test_real_tiny_workload_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    log = tmp_path / "t.log"
+    lines = []
+    tune_workloads([(w, 1)], log, trials=3, progress=False, print_fn=lines.append)
+    parsed = read_records(log)
+    assert len(parsed.records) == 3 and all(r.time > 0 for r in parsed.records)
+    assert len(parsed.transforms) >= 2 and all(t.time > 0 for t in parsed.transforms)
+    (cands,) = layer_candidates([w], parsed, target=host_target())
+    assert cands and all(c.time > 0 for c in cands)
+    assert "GFLOP/s" in lines[0] and "layout transforms" in lines[-1]
