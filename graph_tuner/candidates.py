@@ -144,7 +144,7 @@ def layer_candidates(
         warnings.warn(f"{_layer_label(i, names)} {describe(w)}: no tuning record; "
                       f"using AutoTVM's fallback schedule (time estimated at {FALLBACK_GFLOPS:g} GFLOP/s)",
                       stacklevel=2)
-        out.append([fallback_candidate(w)])
+        out.append([fallback_candidate(w, target=target)])
     return out
 
 
@@ -178,15 +178,34 @@ def _largest_divisor(n: int, at_most: int) -> int:
     return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
 
 
-def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS) -> Candidate:
+def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS, target: str = "llvm") -> Candidate:
     """A candidate for an untuned layer: the fallback schedule, time = FLOPs / ``gflops``.
 
+    It carries a synthesised record (so a plan can still write one record per layer),
+    marked ``"graph_tuner": {"fallback": true}`` with the estimated time as its cost.
+
     >>> c = fallback_candidate(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
-    >>> c.is_fallback, c.layouts, round(c.time * 1e3, 2)
-    (True, ('NCHW16c', 'NCHW16c'), 11.56)
+    >>> c.is_fallback, c.layouts, round(c.time * 1e3, 2), c.record.raw["graph_tuner"]["fallback"]
+    (True, ('NCHW16c', 'NCHW16c'), 11.56, True)
     """
+    from graph_tuner.records import make_conv2d_record, read_records
+    from kernels.config_space import conv2d_space, depthwise_conv2d_space
+
     config = fallback_config(workload)
-    return Candidate(None, config.ic_bn, config.oc_bn, workload.flops / (gflops * 1e9), config, True)
+    time = workload.flops / (gflops * 1e9)
+    space = depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload)
+    entity: dict = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
+    if "tile_oh" in space.names:
+        # TVM's knob only offers 1 or 2 rows; keep the schedule expressible in a record.
+        config = dataclasses.replace(config, oh_bn=min(config.oh_bn, 2) if workload.out_height > 1 else 1)
+        entity["tile_oh"] = config.oh_bn
+    else:
+        entity["unroll_kw"] = False
+    index = space.index(entity)
+    raw = make_conv2d_record(workload, entity, index, [time], target)
+    raw["graph_tuner"] = {"fallback": True, "note": "untuned: AutoTVM's fallback schedule, time estimated"}
+    record = read_records([raw]).records[0]
+    return Candidate(record, config.ic_bn, config.oc_bn, time, config, True)
 
 
 def best_per_workload(

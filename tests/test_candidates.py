@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kernels.config_space import conv2d_space, entity_config
+
 from graph_tuner.candidates import (
     best_per_workload,
     fallback_candidate,
@@ -107,7 +109,11 @@ def test_fallback_candidate_is_flagged_with_a_warning():
     with pytest.warns(UserWarning, match="layer 0 'conv0'.*fallback"):
         (cands,) = layer_candidates([CONV], [], names=["conv0"], fallback=True)
     (c,) = cands
-    assert c.is_fallback and c.record is None
+    assert c.is_fallback
+    # a synthesised record, flagged, whose schedule is the candidate's and whose index is TVM's
+    assert c.record.raw["graph_tuner"]["fallback"] is True
+    assert entity_config(c.record.entity) == c.config
+    assert conv2d_space(CONV).index(c.record.entity) == c.record.config_index
     assert (c.in_block, c.out_block) == (16, 16)
     assert c.time == pytest.approx(CONV.flops / 20e9)
     assert fallback_candidate(CONV, gflops=40).time == pytest.approx(c.time / 2)

@@ -106,7 +106,7 @@ def test_transform_records_appended_once(tmp_path, monkeypatch):
     tune_workloads([(W1, 1)], log, trials=10, measure=fake, progress=False, transforms=False)
     recs = read_records(log).records
     keys = transform_keys([W1.data_shape], recs, host_target())
-    blocks = {1} | {r.workload and int(r.entity["tile_ic"][-1]) for r in recs} | {int(r.entity["tile_oc"][-1]) for r in recs}
+    blocks = {1} | {int(r.entity[k][-1]) for r in recs for k in ("tile_ic", "tile_oc")}
     assert len(keys) == len(blocks) * (len(blocks) - 1)
     measured = []
     n = append_transforms(log, keys, host_target(), progress=False, measure=lambda k: measured.append(k) or 1e-5)
