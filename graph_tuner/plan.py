@@ -126,6 +126,15 @@ class Plan:
                 lines.append(
                     f"{lc.index:>3}  {lc.name[:28]:<28} {wl:<34} {lc.in_layout:>8} {lc.out_layout:>8} {lc.time_ms:>10.4f}{fb}"
                 )
+        if not self.layers and self.records:  # CUDA: one record per distinct workload
+            lines.append(f"{'#':>3}  {'workload':<60} {'task':<28} {'ms':>9}")
+            for i, r in enumerate(self.records):
+                w = r.workload
+                wl = (f"data {list(w.data_shape)} kernel {list(w.kernel_shape)} "
+                      f"s{w.strides[0]} p{list(w.padding)}")
+                lines.append(f"{i:>3}  {wl:<60} {r.task_name:<28} {r.time * 1e3:>9.4f}")
+            lines.extend(f"note: {n}" for n in self.notes)
+            return "\n".join(lines)
         if self.transforms:
             lines.append("layout transforms:")
             for t in self.transforms:

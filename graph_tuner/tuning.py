@@ -6,7 +6,8 @@ kernel tuner (:func:`kernels.tuner.tune`) searches the AutoTVM ``conv2d_NCHWc.x8
 log as one v0.2 record the moment it exists: the file is opened in append mode and
 every line is written and flushed on its own, so a killed run loses at most the line
 being written. Failed measurements are logged too, with TVM's ``error_no`` (1: the
-config cannot be built, 4: it failed while running), so that a rerun does not retry them.
+codegen refused the config, 2: LLVM failed, 4: it failed while running, 8: anything
+else) and TVM's cost ``[1e9]``, so that a rerun does not retry them.
 
 Resume: a rerun reads the log first; configs already logged for a workload (same
 target, task and arguments; identified by config index) are not measured again and

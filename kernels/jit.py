@@ -14,12 +14,16 @@ True
 """
 from __future__ import annotations
 
+import ctypes
 import functools
-from contextlib import contextmanager
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
+import numpy as np
+
+from kernels import threads
 
 _lock = threading.Lock()
 _engines: dict[str, "CompiledModule"] = {}
@@ -96,9 +100,7 @@ def compile_ir(ir_text: str) -> CompiledModule:
         if ir_text in _engines:
             return _engines[ir_text]
         _initialise()
-        from kernels import threads  # registers libgomp symbols before linking
-
-        threads.ensure_runtime_loaded()
+        threads.ensure_runtime_loaded()  # libgomp symbols must resolve when linking
         module = llvm.parse_assembly(ir_text)
         module.triple = _target_machine().triple
         module.data_layout = str(_target_machine().target_data)
@@ -237,8 +239,6 @@ class Kernel:
 
     def __init__(self, module: CompiledModule, name: str, arg_shapes: dict[str, tuple[int, ...] | None],
                  scratch: list | None = None):
-        import ctypes
-
         self.name = name
         self.arg_shapes = dict(arg_shapes)  # None: argument not used by this kernel
         self._module = module
@@ -246,8 +246,6 @@ class Kernel:
         self._scratch = list(scratch or [])
 
     def _addresses(self, arrays: dict) -> list[int]:
-        import numpy as np
-
         addresses = []
         for arg, shape in self.arg_shapes.items():
             a = arrays.get(arg)
@@ -267,14 +265,10 @@ class Kernel:
 
     def bind(self, *args, nthreads: int | None = None, **kwargs):
         """A zero-argument callable running the kernel on these arrays (kept alive by it)."""
-        import ctypes
-
-        from kernels.threads import num_threads
-
         arrays = dict(zip(self.arg_shapes, args), **kwargs)
         addresses = self._addresses(arrays)
         packed = (ctypes.c_void_p * len(addresses))(*addresses)
-        fn, n, address = self._fn, nthreads or num_threads(), ctypes.addressof(packed)
+        fn, n, address = self._fn, nthreads or threads.num_threads(), ctypes.addressof(packed)
 
         def run(_keep=(arrays, packed)):
             fn(address, n)

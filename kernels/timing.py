@@ -5,8 +5,9 @@ Rules (each from a real mistake): buffers are random-filled, never uninitialised
 runs first; each repeat lasts at least ``min_repeat_ms`` (the number of calls per
 repeat is chosen from the warm-up) so timer resolution and call overhead vanish;
 the median over repeats is reported, with p90 and the raw per-call times.
-``flush_cache=True`` writes a buffer larger than the last-level cache... or at least
-``flush_bytes`` of it, between repeats (cold-cache numbers); the flush is not timed.
+``flush_cache=True`` reads and writes ``flush_bytes`` of memory (64 MiB by default;
+raise it above the last-level cache size) before every timed call, for cold-cache
+numbers; the flush itself is not timed.
 
 >>> t = measure(lambda: sum(range(100)), min_repeat_ms=1, repeat=3)
 >>> 0 < t.median_s <= t.p90_s and len(t.results) == 3

@@ -104,7 +104,7 @@ def load_cached(keys: Iterable, *, cache_dir: str | os.PathLike | None = None) -
     return out
 
 
-def time_transform(key: Key, *, min_repeat_ms: float = 5.0, repeat: int = 5) -> float:
+def time_transform(key: Key, *, min_repeat_ms: float = 2.0, repeat: int = 9) -> float:
     """Median seconds of one compiled transform on random-filled buffers."""
     from kernels.layout_transform import build_transform
     from kernels.timing import measure, random_array

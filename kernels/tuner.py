@@ -138,8 +138,8 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     """
     if workload.is_depthwise:
         return config.ic_bn == config.oc_bn and workload.out_channels == workload.in_channels
-    groups = workload.groups
-    return (workload.in_channels // groups) % config.ic_bn == 0 and (workload.out_channels // groups) % config.oc_bn == 0
+    icg, ocg = workload.in_channels // workload.groups, workload.out_channels // workload.groups
+    return icg % config.ic_bn == 0 and ocg % config.oc_bn == 0
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -253,7 +253,7 @@ def tune(
     space = tuning_space(workload)
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
-    candidates = {i for i, c in enumerate(configs) if supported(workload, c)}
+    candidates = [i for i, c in enumerate(configs) if supported(workload, c)]
     result.unsupported = len(space) - len(candidates)
     feats = np.array([features(workload, c, lanes) for c in configs])
     prior = np.array([prior_log_time(workload, c, lanes) for c in configs])
@@ -283,7 +283,7 @@ def tune(
         unmeasured = [i for i in candidates if i not in seconds]
         if not unmeasured:
             return None
-        if default in candidates and default not in seconds:
+        if default is not None and default not in seconds and supported(workload, configs[default]):
             return default
         pred = predicted()
         have = measured_pairs()
@@ -348,7 +348,9 @@ class KernelTimer:
     Build errors raise :class:`MeasureError` with TVM's code 1 (config refused) or 2 (LLVM).
     """
 
-    def __init__(self, min_repeat_ms: float = 10.0, repeat: int = 3, reject_factor: float = 4.0):
+    # Many short repeats: their median skips the repeats another process disturbed (on a
+    # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms).
+    def __init__(self, min_repeat_ms: float = 2.0, repeat: int = 9, reject_factor: float = 4.0):
         self.min_repeat_ms, self.repeat, self.reject_factor = min_repeat_ms, repeat, reject_factor
         self.best: dict[Conv2DWorkload, float] = {}
 

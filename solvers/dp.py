@@ -40,7 +40,7 @@ from .problem import Problem
 from .solution import Infeasible, Solution, TableTooLarge
 
 MAX_TABLE_ENTRIES = 1 << 24  # 128 MiB of float64 per table
-DIRECT_CONVERSION_ENTRIES = 1 << 12
+DIRECT_CONVERSION_ENTRIES = 1 << 16
 
 
 def _build(p: Problem, direct_conversion_entries: int):
@@ -64,7 +64,7 @@ def _build(p: Problem, direct_conversion_entries: int):
             continue
         scope, idx, roles = conversion_roles(conv)
         if math.prod(int(i.max()) + 1 for i in idx) <= direct_conversion_entries or len(scope) <= 2:
-            add(conversion_factor(conv))
+            add(conversion_factor(conv, (scope, idx, roles)))
             continue
         src_idx = idx[0]
         (_, _, src_cls), = [r for r in roles if r[1]]
@@ -131,11 +131,11 @@ def solve_dp(
                 maps[(n, ax)] = None
                 count = fs[n].table.shape[ax]
             else:
-                inv, first = group(*(fs[n].idx[ax] for n, ax in holders),
+                inv, rep = group(*(fs[n].idx[ax] for n, ax in holders),
                                    radices=[fs[n].table.shape[ax] for n, ax in holders])
                 for n, ax in holders:
-                    maps[(n, ax)] = fs[n].idx[ax][first]
-                count = len(first)
+                    maps[(n, ax)] = fs[n].idx[ax][rep]
+                count = len(rep)
             shape.append(count)
             if u == v:
                 vgroups = inv

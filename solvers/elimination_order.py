@@ -24,7 +24,7 @@ def min_weight_order(adjacency: dict[int, set[int]], sizes: dict[int, int]) -> l
     def score(v):
         nbrs = adj[v]
         fill = sum(1 for u in nbrs for w in nbrs if u < w and w not in adj[u]) if len(nbrs) < 12 else len(nbrs) ** 2
-        return (round(logs[v] + sum(logs[u] for u in nbrs), 9), fill)
+        return (logs[v] + sum(logs[u] for u in nbrs), fill)
 
     current = {v: score(v) for v in adj}
     heap = [(s, v) for v, s in current.items()]

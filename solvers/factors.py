@@ -32,23 +32,41 @@ class Factor:
 
 
 def group(*keys: np.ndarray, radices=None) -> tuple[np.ndarray, np.ndarray]:
-    """Group positions by the tuple of their keys: returns (inverse, first-index).
+    """Group positions by the tuple of their keys (small non-negative ints).
 
-    >>> inv, first = group(np.array([0, 1, 0, 1]), np.array([2, 2, 2, 3]))
-    >>> inv.tolist(), first.tolist()
-    ([0, 1, 0, 2], [0, 1, 3])
+    Returns ``(inverse, representative)``: group number of each position (groups in
+    lexicographic key order) and one position of each group.
+
+    >>> inv, rep = group(np.array([0, 1, 0, 1]), np.array([2, 2, 2, 3]))
+    >>> inv.tolist(), sorted(inv[rep].tolist())
+    ([0, 1, 0, 2], [0, 1, 2])
     """
-    key = np.zeros(len(keys[0]), dtype=np.int64)
-    span = 1
+    key, span = np.zeros(len(keys[0]), dtype=np.int64), 1
     for n, k in enumerate(keys):
         r = int(radices[n]) if radices is not None else int(k.max()) + 1
-        if span * r > 2**50:  # renumber before the mixed-radix key could overflow
-            _, key = np.unique(key, return_inverse=True)
-            span = int(key.max()) + 1
+        if span * r > _DENSE:  # renumber before the mixed-radix key grows too wide
+            key, span = _renumber(key, span)
         key = key * r + k
         span *= r
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return inv.reshape(-1), first
+    key, _ = _renumber(key, span)
+    rep = np.empty(int(key.max()) + 1 if len(key) else 0, dtype=np.intp)
+    rep[key] = np.arange(len(key))  # any member represents its group
+    return key, rep
+
+
+_DENSE = 1 << 20
+
+
+def _renumber(key: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """Map keys to 0..G-1 preserving order: a dense table when the span is small."""
+    if span <= 16 * len(key) + 4096:
+        present = np.zeros(span, dtype=bool)
+        present[key] = True
+        ids = np.cumsum(present) - 1
+        return ids[key], int(ids[-1]) + 1
+    _, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
+    return inv, int(inv.max()) + 1
 
 
 def edge_factor(i: int, j: int, matrix: np.ndarray) -> Factor:
@@ -71,37 +89,34 @@ def conversion_roles(conv: Conversion):
     idx, role_classes = [], []
     for axis, node in enumerate(scope):
         mine = [r for r in roles if r[0] == node]
-        inv, first = group(*(r[2] for r in mine), radices=[k] * len(mine))
+        inv, rep = group(*(r[2] for r in mine), radices=[k] * len(mine))
         idx.append(inv)
-        role_classes += [(axis, is_src, c[first]) for _, is_src, c in mine]
+        role_classes += [(axis, is_src, c[rep]) for _, is_src, c in mine]
     return tuple(scope), idx, role_classes
 
 
-def conversion_factor(conv: Conversion) -> Factor:
+def conversion_factor(conv: Conversion, roles=None) -> Factor:
     """Exact factor over (src, distinct dsts) for a shared conversion.
 
-    For each class b some consumer can need, ``needed_b`` is the OR over consumers of
-    ``class == b``; the table adds ``table[a][b]`` where needed (a = src class, b != a).
+    With ``needed[..., b]`` the OR over consumers of ``class == b``, the table is
+    ``sum_b needed[..., b] * table[a][b]`` (a = src class; the table diagonal is 0).
     """
-    scope, idx, role_classes = conversion_roles(conv)
+    scope, idx, role_classes = roles or conversion_roles(conv)
     shape = tuple(int(i.max()) + 1 for i in idx)
-    ndim = len(shape)
-
-    def along(axis, values):
-        s = [1] * ndim
-        s[axis] = len(values)
-        return values.reshape(s)
-
     (src_axis, _, a), = [r for r in role_classes if r[1]]
-    total = np.zeros(shape)
     consumers = [(ax, c) for ax, is_src, c in role_classes if not is_src]
-    for b in np.unique(np.concatenate([c for _, c in consumers])) if consumers else []:
-        needed = np.zeros(shape, dtype=bool)
-        for ax, c in consumers:
-            needed = needed | along(ax, c == b)
-        price = along(src_axis, conv.table[a, b])  # table diagonal is 0, so a == b is free
-        total = total + np.where(needed, price, 0.0)
-    return Factor(scope, idx, total)
+    if len(consumers) == 1 and consumers[0][0] != src_axis:
+        return Factor(scope, idx, conv.table[np.ix_(a, consumers[0][1])])
+    ndim, k = len(shape), conv.table.shape[0]
+    needed = np.zeros(shape + (k,), dtype=bool)
+    for ax, c in consumers:
+        s = [1] * (ndim + 1)
+        s[ax], s[-1] = len(c), k
+        needed = needed | (c[:, None] == np.arange(k)).reshape(s)
+    s = [1] * (ndim + 1)
+    s[src_axis], s[-1] = len(a), k
+    price = conv.table[a].reshape(s)
+    return Factor(scope, idx, np.where(needed, price, 0.0).sum(axis=-1))
 
 
 def conversion_size(conv: Conversion) -> int:

@@ -102,6 +102,38 @@ class _Model:
             )
 
 
+def _conversion(model: _Model, x: list[np.ndarray], conv) -> None:
+    a_vals, a_of = np.unique(conv.src_class, return_inverse=True)
+    b_vals = np.unique(np.concatenate(conv.dst_classes))
+    tab = conv.table[np.ix_(a_vals, b_vals)]
+    na, nb = tab.shape
+    rows_a, cols_b = np.repeat(np.arange(na), nb), np.tile(np.arange(nb), na)
+    if len(conv.dsts) == 1:
+        # one consumer: the local polytope of the (src class, needed class) pair
+        v = model.columns(tab, np.inf).reshape(-1)
+        model.rows_equal_zero((rows_a, v), (a_of, x[conv.src]))
+        model.rows_equal_zero((cols_b, v), (np.searchsorted(b_vals, conv.dst_classes[0]), x[conv.dsts[0]]))
+        return
+    # w[a, b]: "src has class a and class b is needed"; w[a, b] <= X_src[a] and, for
+    # every consumer k and class b, sum_a w[a, b] >= X_k[b]
+    w = model.columns(tab, 1.0).reshape(na, nb)
+    for aa in range(na):
+        sel = x[conv.src][a_of == aa]
+        for bb in range(nb):
+            if np.isfinite(tab[aa, bb]):
+                model.row(np.concatenate([sel, [w[aa, bb]]]), np.r_[np.ones(len(sel)), -1.0], 0.0, np.inf)
+    seen = set()
+    for d, cls in zip(conv.dsts, conv.dst_classes):
+        key = (d, cls.tobytes())
+        if key in seen:
+            continue
+        seen.add(key)
+        b_of = np.searchsorted(b_vals, cls)
+        for bb in np.unique(b_of):
+            sel = x[d][b_of == bb]
+            model.row(np.concatenate([w[:, bb], sel]), np.r_[np.ones(na), -np.ones(len(sel))], 0.0, np.inf)
+
+
 def solve_ilp(p: Problem, *, time_limit: float | None = None) -> Solution:
     """Exact MILP (see module docstring); ``time_limit`` in seconds."""
     t0 = time.perf_counter()
@@ -128,25 +160,8 @@ def solve_ilp(p: Problem, *, time_limit: float | None = None) -> Solution:
         model.rows_equal_zero((np.repeat(np.arange(r), c), y.reshape(-1)), (f.idx[0], x[i]))
         model.rows_equal_zero((np.tile(np.arange(c), r), y.reshape(-1)), (f.idx[1], x[j]))
     for conv in q.conversions:
-        a_vals, a_of = np.unique(conv.src_class, return_inverse=True)
-        b_vals = np.unique(np.concatenate(conv.dst_classes)) if conv.dsts else np.array([], int)
-        if not conv.dsts:
-            continue
-        tab = conv.table[np.ix_(a_vals, b_vals)]
-        paid = (tab > 0) & (a_vals[:, None] != b_vals[None, :])
-        if not paid.any():
-            continue
-        w = np.full(tab.shape, -1)
-        w[paid] = model.columns(tab[paid], 1.0)
-        na, nb = tab.shape
-        for d, cls in zip(conv.dsts, conv.dst_classes):
-            b_of = np.searchsorted(b_vals, cls)
-            ub = np.where(np.isfinite(tab), np.inf, 0.0)
-            v = model.columns(np.zeros(tab.shape), ub).reshape(na, nb)
-            model.rows_equal_zero((np.repeat(np.arange(na), nb), v.reshape(-1)), (a_of, x[conv.src]))
-            model.rows_equal_zero((np.tile(np.arange(nb), na), v.reshape(-1)), (b_of, x[d]))
-            for aa, bb in zip(*np.nonzero(paid & np.isfinite(tab))):
-                model.row([w[aa, bb], v[aa, bb]], [1.0, -1.0], 0.0, np.inf)
+        if conv.dsts:
+            _conversion(model, x, conv)
     t1 = time.perf_counter()
     res = model.solve(time_limit)
     t2 = time.perf_counter()

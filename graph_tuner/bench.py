@@ -1,0 +1,329 @@
+"""End-to-end measurement of plans, and the regression benchmark behind ``graph-tuner bench``.
+
+:func:`measure_plan` compiles one plan (:mod:`graph_tuner.executor`), times whole runs
+(median, p90) and profiles every step, so the plan's prediction (conv kernels +
+layout transforms) can be set against the measured time of the same steps.
+
+:func:`bench_models` runs, per model and side by side in one process: the graph-tuned
+plan, the history-best and default plans (same log, same cost model), onnxruntime on
+the same weights (the model exported to ONNX) and PyTorch when importable. The runners
+are timed in interleaved rounds so that load changes on the machine hit them alike.
+Results go to ``<out>/<timestamp>.json`` with a PNG chart next to it, and every
+median more than 5% above the previous results file's is flagged
+(:func:`find_regressions`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from graph_tuner.errors import GraphTunerError
+
+REGRESSION_THRESHOLD = 0.05
+OUR_PLANS = ("graph_tuned", "history_best", "default")
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+@dataclass
+class RunResult:
+    """One plan run end to end: latency, profile, and the plan's prediction."""
+
+    model: str
+    batch: int
+    threads: int
+    median_ms: float
+    p90_ms: float
+    predicted_ms: float  # plan.cost: conv kernels + layout transforms
+    profile: object  # graph_tuner.executor.Profile
+    outputs: list = field(default_factory=list, repr=False)
+
+    @property
+    def measured_planned_ms(self) -> float:
+        """Measured conv + transform time: what ``predicted_ms`` predicts."""
+        return self.profile.measured_planned_ms
+
+    def to_json(self, top: int | None = None) -> dict:
+        steps = self.profile.steps if top is None else self.profile.top(top)
+        return {
+            "model": self.model,
+            "batch": self.batch,
+            "threads": self.threads,
+            "median_ms": self.median_ms,
+            "p90_ms": self.p90_ms,
+            "predicted_ms": self.predicted_ms,
+            "measured_planned_ms": self.measured_planned_ms,
+            "profile_total_ms": self.profile.total_ms,
+            "by_category_ms": self.profile.by_category(),
+            "layers": [{"name": s.name, "category": s.category, "ops": s.ops, "measured_ms": s.median_ms,
+                        "predicted_ms": s.predicted_ms} for s in steps],
+        }
+
+    def report(self, top: int = 10) -> str:
+        by = self.profile.by_category()
+        err = (self.measured_planned_ms - self.predicted_ms) / self.predicted_ms if self.predicted_ms else float("nan")
+        lines = [
+            f"{self.model}  batch {self.batch}, {self.threads} threads",
+            f"latency: median {self.median_ms:.3f} ms, p90 {self.p90_ms:.3f} ms",
+            "profile (sum of per-step medians {:.3f} ms): ".format(self.profile.total_ms)
+            + ", ".join(f"{c} {ms:.3f} ms ({sum(s.category == c for s in self.profile.steps)} steps)"
+                        for c, ms in by.items()),
+            f"predicted conv + transforms: {self.predicted_ms:.3f} ms; measured: {self.measured_planned_ms:.3f} ms "
+            f"({err:+.1%})",
+            f"slowest {top} steps:",
+            f"  {'step':<36} {'kind':<10} {'measured ms':>11} {'predicted ms':>12}",
+        ]
+        for s in self.profile.top(top):
+            pred = "" if s.predicted_ms is None else f"{s.predicted_ms:.4f}"
+            lines.append(f"  {s.name[:36]:<36} {s.category:<10} {s.median_ms:>11.4f} {pred:>12}")
+        return "\n".join(lines)
+
+
+def seeded_input(model, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
+
+
+def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | None = None, repeat: int = 30,
+                 warmup: int = 3) -> RunResult:
+    """Compile ``plan`` for ``model``, run it on ``x`` (default: seeded random), time and profile it."""
+    from graph_tuner.executor import compile_model
+    from kernels.threads import num_threads
+
+    prog = compile_model(model, plan, params)
+    outputs = prog.run(seeded_input(model) if x is None else x)
+    timing = prog.benchmark(repeat=repeat, warmup=warmup)
+    profile = prog.profile(repeat=max(5, repeat // 2))
+    return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
+                     profile, outputs)
+
+
+# -- regression flagging -------------------------------------------------------------
+
+@dataclass
+class Regression:
+    model: str
+    runtime: str
+    previous_ms: float
+    current_ms: float
+
+    @property
+    def change(self) -> float:
+        return self.current_ms / self.previous_ms - 1
+
+    def __str__(self) -> str:
+        return (f"{self.model} {self.runtime}: {self.previous_ms:.3f} -> {self.current_ms:.3f} ms "
+                f"({self.change:+.1%})")
+
+
+def find_regressions(current: dict, previous: dict, threshold: float = REGRESSION_THRESHOLD) -> list[Regression]:
+    """Runtimes whose median grew more than ``threshold`` since ``previous`` (results dicts).
+
+    >>> prev = {"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": 10.0}, "onnxruntime": None}}}}
+    >>> cur = {"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": 10.6}, "onnxruntime": {"median_ms": 1}}}}}
+    >>> [str(r) for r in find_regressions(cur, prev)]
+    ['m graph_tuned: 10.000 -> 10.600 ms (+6.0%)']
+    """
+    out = []
+    for model, entry in current.get("models", {}).items():
+        before = previous.get("models", {}).get(model, {}).get("runtimes", {})
+        for runtime, now in entry.get("runtimes", {}).items():
+            then = before.get(runtime)
+            if not now or not then or not then.get("median_ms"):
+                continue
+            if now["median_ms"] > then["median_ms"] * (1 + threshold):
+                out.append(Regression(model, runtime, then["median_ms"], now["median_ms"]))
+    return out
+
+
+def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
+    """The newest readable results file in ``out_dir`` (names sort by time), other than ``exclude``."""
+    folder = Path(out_dir)
+    for path in sorted(folder.glob("*.json"), reverse=True):
+        if exclude is not None and path.resolve() == Path(exclude).resolve():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "models" in data:
+            return path, data
+    return None
+
+
+# -- other runtimes ------------------------------------------------------------------
+
+def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder: Path
+                       ) -> tuple[Callable[[], object], np.ndarray] | str:
+    """A zero-argument call running the model in onnxruntime, and its output; or why not."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime not importable (pip install onnxruntime)"
+    from graph_tuner.onnx_export import save_onnx
+
+    path = folder / f"{model.name}.onnx"
+    save_onnx(model, params, path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    feed = {model.inputs[0]: x}
+    out = sess.run(None, feed)[0]
+    return (lambda: sess.run(None, feed)), out
+
+
+def pytorch_runner(model, params, x, threads):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "PyTorch not importable: skipped"
+    return "PyTorch runner not implemented: skipped"  # onnx2torch-style conversion is not in our deps
+
+
+# -- the benchmark -------------------------------------------------------------------
+
+def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
+    """The shipped ``data/<name>.log``, else one tuned now into ``work_dir`` (resumable)."""
+    shipped = DATA_DIR / f"{name}.log"
+    if shipped.exists():
+        return shipped
+    from graph_tuner.tuning import tune_model
+
+    path = work_dir / f"{name}.log"
+    tune_model(name, path, trials=trials, progress=progress)
+    return path
+
+
+def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int = 3) -> dict[str, list[float]]:
+    """Per-call seconds of every runner, ``repeat`` calls each, in ``rounds`` interleaved rounds."""
+    from kernels.timing import measure
+
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    per_round = max(1, -(-repeat // rounds))
+    for _ in range(rounds):
+        for k, fn in runners.items():
+            samples[k] += measure(fn, number=1, repeat=per_round, warmup=1).results
+    return samples
+
+
+def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30, progress: bool = True,
+                print_fn: Callable[[str], object] = print) -> dict:
+    """One model's entry of the results file (see the module doc)."""
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.executor import compile_model
+    from graph_tuner.model import load_model
+    from kernels.threads import num_threads
+
+    model = load_model(name)
+    log = tuning_log(name, work_dir, trials, progress)
+    gt = GraphTuner(model, log, top_k=20)
+    if gt.missing_transforms():
+        gt.benchmark_layout_transforms(progress=progress)
+    plans = {"graph_tuned": gt.solve()}
+    notes = list(plans["graph_tuned"].notes)
+    for base in ("history_best", "default"):
+        plans[base] = gt.baseline_plan(base)
+        if plans[base] is None:
+            notes.append(f"{base}: the log cannot form this plan")
+    params, x = model.params(seed=0), seeded_input(model)
+    threads = num_threads()
+
+    runners: dict[str, Callable[[], object]] = {}
+    programs, outputs = {}, {}
+    for k, plan in plans.items():
+        if plan is None:
+            continue
+        programs[k] = compile_model(model, plan, params)
+        outputs[k] = programs[k].run(x)[0]
+        runners[k] = programs[k].execute
+    ort = onnxruntime_runner(model, params, x, threads, work_dir)
+    if isinstance(ort, str):
+        notes.append(ort)
+    else:
+        runners["onnxruntime"], outputs["onnxruntime"] = ort
+    torch_ = pytorch_runner(model, params, x, threads)
+    if isinstance(torch_, str):
+        notes.append(torch_)
+    ref = outputs["graph_tuned"]
+    for k, out in outputs.items():  # every runtime computes the same function
+        err = float(np.abs(out - ref).max())
+        if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
+            notes.append(f"{k}: output differs from graph_tuned by {err:.3g}")
+
+    samples = _timed_rounds(runners, repeat)
+    runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, "onnxruntime", "pytorch")}
+    for k, s in samples.items():
+        runtimes[k] = {"median_ms": float(np.median(s)) * 1e3, "p90_ms": float(np.percentile(s, 90)) * 1e3}
+        if k in programs:
+            prof = programs[k].profile(repeat=max(5, repeat // 3))
+            runtimes[k] |= {"predicted_ms": plans[k].cost, "measured_planned_ms": prof.measured_planned_ms,
+                            "by_category_ms": prof.by_category(), "transforms": len(plans[k].transforms)}
+        print_fn(f"{name:<14} {k:<13} median {runtimes[k]['median_ms']:8.3f} ms  p90 {runtimes[k]['p90_ms']:8.3f} ms"
+                 + (f"  predicted {runtimes[k]['predicted_ms']:.3f}, measured conv+transforms "
+                    f"{runtimes[k]['measured_planned_ms']:.3f} ms" if k in programs else ""))
+    return {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes}
+
+
+def write_chart(results: dict, path: str | os.PathLike) -> None:
+    """Grouped bars: median latency per model and runtime, p90 as the error bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(results["models"])
+    kinds = [k for k in (*OUR_PLANS, "onnxruntime", "pytorch")
+             if any(results["models"][m]["runtimes"].get(k) for m in models)]
+    fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(models) + 2), 4))
+    width = 0.8 / max(1, len(kinds))
+    for i, k in enumerate(kinds):
+        med = [(results["models"][m]["runtimes"].get(k) or {}).get("median_ms", 0.0) for m in models]
+        p90 = [(results["models"][m]["runtimes"].get(k) or {}).get("p90_ms", 0.0) for m in models]
+        xs = [j + i * width for j in range(len(models))]
+        ax.bar(xs, med, width, label=k.replace("_", " "),
+               yerr=[[0] * len(med), [max(0.0, b - a) for a, b in zip(med, p90)]], capsize=2)
+    ax.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(models))], models)
+    ax.set_ylabel("latency, ms (median; bar to p90)")
+    ax.set_title(f"end to end, batch 1, {results['machine']['threads']} threads, {results['machine']['cpu']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results", *, trials: int = 40,
+                 repeat: int = 30, progress: bool = True, print_fn: Callable[[str], object] = print,
+                 now: _dt.datetime | None = None) -> tuple[Path, dict]:
+    """Benchmark ``names``, write ``<out_dir>/<timestamp>.json`` and ``.png``; returns the path and results."""
+    from graph_tuner.atomic import atomic_write_text
+    from kernels.jit import host_cpu
+    from kernels.threads import num_threads
+
+    folder = Path(out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GraphTunerError(f"{folder}: cannot create the results folder ({e.strerror}); choose another --out")
+    stamp = (now or _dt.datetime.now()).strftime("%Y-%m-%dT%H%M%S")
+    path = folder / f"{stamp}.json"
+    work = folder / "work"
+    work.mkdir(exist_ok=True)
+    results = {"date": stamp, "machine": {"cpu": host_cpu().name, "lanes": host_cpu().lanes,
+                                          "threads": num_threads(), "cores": os.cpu_count()},
+               "models": {}}
+    for name in names:
+        results["models"][name] = bench_model(name, work_dir=work, trials=trials, repeat=repeat, progress=progress,
+                                              print_fn=print_fn)
+    prev = previous_results(folder, exclude=path)
+    regressions = find_regressions(results, prev[1]) if prev else []
+    results["previous"] = str(prev[0]) if prev else None
+    results["regressions"] = [str(r) for r in regressions]
+    atomic_write_text(path, json.dumps(results, indent=2) + "\n")
+    write_chart(results, path.with_suffix(".png"))
+    return path, results

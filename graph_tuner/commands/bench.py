@@ -1,0 +1,45 @@
+"""``graph-tuner bench``: the end-to-end regression benchmark (our plans vs other runtimes)."""
+from __future__ import annotations
+
+import argparse
+
+from graph_tuner.commands.solve import _positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="end-to-end latency: graph-tuned vs history-best vs default plans vs onnxruntime",
+        description="For each MODEL (default resnet-18): take the shipped tuning log (data/MODEL.log) or tune "
+        "one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
+        "onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
+        "and a PNG chart, and flags medians more than 5%% slower than the previous results file in OUT.",
+    )
+    p.add_argument("models", nargs="*", default=["resnet-18"], metavar="MODEL", help="zoo names (default resnet-18)")
+    p.add_argument("--out", default="bench-results", metavar="DIR", help="results folder (default bench-results)")
+    p.add_argument("--trials", type=_positive_int, default=40, metavar="N",
+                   help="tuning trials per workload when a model has no shipped log (default 40)")
+    p.add_argument("--repeat", type=_positive_int, default=30, metavar="N", help="timed runs per runtime (default 30)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from graph_tuner.bench import bench_models
+    from graph_tuner.errors import GraphTunerError
+    from graph_tuner.zoo import MODEL_NAMES
+
+    for name in args.models:
+        if name not in MODEL_NAMES:
+            raise GraphTunerError(f"unknown model {name!r}; bench takes zoo names: {', '.join(MODEL_NAMES)}")
+    path, results = bench_models(args.models, args.out, trials=args.trials, repeat=args.repeat,
+                                 progress=not args.no_progress)
+    print(f"results: {path} (chart {path.with_suffix('.png')})")
+    for model, entry in results["models"].items():
+        for note in entry["notes"]:
+            print(f"note: {model}: {note}")
+    if results["previous"] is None:
+        print("no previous results in the folder: nothing to compare")
+    for r in results["regressions"]:
+        print(f"REGRESSION (> 5% slower than {results['previous']}): {r}")
+    return 0

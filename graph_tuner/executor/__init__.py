@@ -1,0 +1,12 @@
+"""Run a tuned network end to end: model + plan -> a compiled program of NCHWc kernels.
+
+``compile_model(model, plan)`` (:mod:`.compile`) folds batch norms and biases into the
+conv weights, fuses activations and residual adds into conv epilogues (:mod:`.fold`),
+inserts the plan's layout transforms and runs the other ops blocked in numpy
+(:mod:`.ops`); :mod:`.reference` is an independent plain-NCHW numpy executor to check it.
+"""
+from graph_tuner.executor.compile import compile_model, plan_from_configs, tensor_blocks, uniform_plan
+from graph_tuner.executor.program import Profile, Program
+from graph_tuner.executor.reference import run_reference
+
+__all__ = ["compile_model", "plan_from_configs", "tensor_blocks", "uniform_plan", "Program", "Profile", "run_reference"]

@@ -1,0 +1,305 @@
+"""Model + plan -> :class:`~graph_tuner.executor.program.Program`.
+
+Layouts follow the plan exactly as the cost model (:mod:`graph_tuner.layout_flow`)
+reads it: a conv writes its ``out_layout`` and reads its ``in_layout``; an add or
+concat computes in ``plan.joins[name]``; layout-agnostic ops (relu, bn, pooling, pad,
+...) keep their input's layout; other ops and graph outputs read plain NCHW. Every
+tensor read in a layout it was not written in goes through the plan's transform for
+that (tensor, layout), one per pair, run right after the tensor is written. A
+consumer needing a transform the plan does not list is an error: the plan was not
+made for this model.
+
+Conv weights are folded (:mod:`graph_tuner.executor.fold`) and packed once here;
+every buffer is allocated here.
+
+>>> from graph_tuner.builder import GraphBuilder
+>>> from graph_tuner.executor.reference import run_reference
+>>> b = GraphBuilder("t")
+>>> y = b.relu(b.batch_norm(b.conv(b.input((1, 3, 8, 8)), 16, 3, padding=1, name="c")))
+>>> m = b.build(b.global_avg_pool(y))
+>>> plan = uniform_plan(m, 16)
+>>> [(t.tensor, t.src_layout, t.dst_layout) for t in plan.transforms]
+[('data', 'NCHW', 'NCHW3c'), ('global_avg_pool4', 'NCHW16c', 'NCHW')]
+>>> prog = compile_model(m, plan)
+>>> x = np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32)
+>>> bool(np.allclose(prog.run(x)[0], run_reference(m, m.params(), x)[0], atol=1e-4))
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.executor import ops as blocked
+from graph_tuner.executor.fold import Step, activation_of, fold_into_conv, plan_steps
+from graph_tuner.executor.program import Program, ProgramStep
+from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
+from graph_tuner.model import Model
+from graph_tuner.plan import Plan
+
+__all__ = ["compile_model", "plan_from_configs", "tensor_blocks", "uniform_plan"]
+
+
+def _is_4d(shape) -> bool:
+    return len(shape) == 4
+
+
+def tensor_blocks(model: Model, plan: Plan) -> dict[str, int]:
+    """The channel block each op's output is written in under ``plan`` (1: plain)."""
+    layers = {lc.name: lc for lc in plan.layers}
+    blocks: dict[str, int] = {}
+    for op in model.ops:
+        four_d_in = [i for i in op.inputs if _is_4d(model.op(i).shape)]
+        if not _is_4d(op.shape) or op.kind == "input":
+            blocks[op.name] = 1
+        elif op.kind == "conv2d":
+            if op.name not in layers:
+                raise GraphTunerError(f"the plan for '{plan.model}' has no layer '{op.name}' of '{model.name}'; "
+                                      "it was made for another model")
+            blocks[op.name] = parse_layout(layers[op.name].out_layout)
+        elif op.kind in JOIN_KINDS:
+            blocks[op.name] = parse_layout(plan.joins.get(op.name, "NCHW"))
+        elif op.kind in AGNOSTIC_KINDS and len(four_d_in) == 1:
+            blocks[op.name] = blocks[four_d_in[0]]
+        else:
+            blocks[op.name] = 1
+    return blocks
+
+
+def _reads(model: Model, plan: Plan, blocks: dict[str, int]) -> dict[tuple[str, int], list[str]]:
+    """Every (tensor, block) a 4-d tensor is read in, with its readers ("<output>": a graph output)."""
+    layers = {lc.name: lc for lc in plan.layers}
+    reads: dict[tuple[str, int], list[str]] = {}
+    for op in model.ops:
+        for i in op.inputs:
+            if not _is_4d(model.op(i).shape):
+                continue
+            if op.kind == "conv2d":
+                b = parse_layout(layers[op.name].in_layout)
+            elif op.kind in JOIN_KINDS and _is_4d(op.shape):
+                b = blocks[op.name]
+            elif op.kind in AGNOSTIC_KINDS and _is_4d(op.shape):
+                b = blocks[i]
+            else:
+                b = 1
+            readers = reads.setdefault((i, b), [])
+            if op.name not in readers:
+                readers.append(op.name)
+    for o in model.outputs:
+        if _is_4d(model.op(o).shape):
+            reads.setdefault((o, 1), []).append("<output>")
+    return reads
+
+
+def _shape(shape, block: int) -> tuple[int, ...]:
+    if block == 1 or not _is_4d(shape):
+        return tuple(shape)
+    n, c, h, w = shape
+    return (n, c // block, h, w, block)
+
+
+def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarray]] | None = None,
+                  *, seed: int = 0) -> Program:
+    """Compile ``model`` to run ``plan`` (params default: ``model.params(seed)``)."""
+    from kernels.conv2d import build_conv2d
+    from kernels.layout_transform import build_transform
+    from kernels.packing import pack_depthwise_weight, pack_weight
+
+    params = model.params(seed) if params is None else params
+    blocks = tensor_blocks(model, plan)
+    joins = {n: parse_layout(v) for n, v in plan.joins.items()}
+    steps = plan_steps(model, blocks, joins)
+    layers = {lc.name: lc for lc in plan.layers}
+
+    # Transforms: exactly the plan's, and enough for every read.
+    transforms: dict[tuple[str, int], float] = {}
+    for t in plan.transforms:
+        if t.tensor not in model.graph or parse_layout(t.src_layout) != blocks[t.tensor]:
+            raise GraphTunerError(f"the plan transforms '{t.tensor}' from {t.src_layout}, which '{model.name}' "
+                                  "does not produce; the plan was made for another model")
+        transforms[(t.tensor, parse_layout(t.dst_layout))] = t.time_ms
+    for tensor, b in sorted(_reads(model, plan, blocks)):
+        if b != blocks[tensor] and (tensor, b) not in transforms:
+            raise GraphTunerError(f"the plan has no transform of '{tensor}' from {layout_name(blocks[tensor])} "
+                                  f"to {layout_name(b)}; the plan was made for another model")
+
+    buffers: dict[str, np.ndarray] = {}
+    for name in model.inputs:
+        buffers[name] = np.zeros(model.op(name).shape, np.float32)
+    for s in steps:
+        buffers[s.output] = np.zeros(_shape(model.op(s.output).shape, blocks[s.output]), np.float32)
+    moved: dict[tuple[str, int], np.ndarray] = {
+        (t, b): np.zeros(_shape(model.op(t).shape, b), np.float32) for t, b in transforms}
+
+    def read(tensor: str, block: int) -> np.ndarray:
+        if not _is_4d(model.op(tensor).shape) or block == blocks[tensor]:
+            return buffers[tensor]
+        return moved[(tensor, block)]
+
+    out_steps: list[ProgramStep] = []
+
+    def emit_transforms(tensor: str) -> None:
+        for (t, b), ms in transforms.items():
+            if t == tensor:
+                k = build_transform(model.op(t).shape, blocks[t], b)
+                name = f"{t} {layout_name(blocks[t])}->{layout_name(b)}"
+                fn = k.bind(buffers[t].reshape(k.input_shape), moved[(t, b)].reshape(k.output_shape))
+                out_steps.append(ProgramStep(name, "transform", [], fn, ms))
+
+    for name in model.inputs:
+        emit_transforms(name)
+    for s in steps:
+        if s.kind == "conv":
+            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers[s.output],
+                                        build_conv2d, pack_weight, pack_depthwise_weight))
+        else:
+            out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
+                                                                                    buffers[s.output])))
+        emit_transforms(s.output)
+
+    outputs = [read(o, 1).reshape(model.op(o).shape) for o in model.outputs]
+    inputs = {n: buffers[n] for n in model.inputs}
+    tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items()}
+    return Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
+
+
+def _conv_step(model, s: Step, lc, params, read, out, build_conv2d, pack_weight, pack_depthwise_weight) -> ProgramStep:
+    conv = model.op(s.ops[0])
+    w = model.workload(conv)
+    config = lc.candidate.config
+    in_block, out_block = parse_layout(lc.in_layout), parse_layout(lc.out_layout)
+    if (config.ic_bn, config.oc_bn) != (in_block, out_block):
+        raise GraphTunerError(f"layer '{conv.name}': config blocks ({config.ic_bn}, {config.oc_bn}) do not match "
+                              f"its layouts {lc.in_layout} -> {lc.out_layout}")
+    weight, bias = fold_into_conv(model, s, params)
+    kernel = build_conv2d(w, config, bias=bias is not None, residual=s.residual is not None,
+                          activation=s.activation)
+    depthwise = w.is_depthwise and w.out_channels == w.in_channels
+    packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
+    data = read(conv.inputs[0], in_block).reshape(kernel.input_shape)
+    residual = read(s.residual, out_block).reshape(kernel.output_shape) if s.residual else None
+    fn = kernel.bind(data, packed, out.reshape(kernel.output_shape), bias=bias, residual=residual)
+    return ProgramStep(conv.name, "conv", list(s.ops), fn, lc.time_ms)
+
+
+def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
+    head = model.op(s.ops[0])
+    a = head.attrs
+    if s.kind == "elementwise":
+        return _elementwise_fn(model, s, params, read, blocks, out)
+    x = read(head.inputs[0], blocks[head.inputs[0]]) if head.inputs else None
+    k = head.kind
+    if k in ("max_pool", "avg_pool"):
+        from kernels.pooling import build_pool2d
+
+        shape = model.op(head.inputs[0]).shape
+        kernel = build_pool2d(shape, blocks[head.name], k[:3], a["pool_size"], a["strides"], a["padding"],
+                              head.shape[2:], a.get("count_include_pad", False))
+        return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
+    if k == "global_avg_pool":
+        return blocked.make_global_avg_pool(x, out)
+    if k == "pad":
+        return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
+    if k == "concat":
+        return blocked.make_concat([read(i, blocks[head.name]) for i in head.inputs], out, a["axis"])
+    x = read(head.inputs[0], 1)  # plain ops
+    if k in ("flatten", "reshape"):
+        return blocked.make_copy_reshape(x, out)
+    if k == "transpose":
+        return blocked.make_transpose(x, out, a["perm"])
+    if k == "dense":
+        p = params[head.name]
+        return blocked.make_dense(x, out, p["weight"], p.get("bias"))
+    if k == "softmax":
+        return blocked.make_softmax(x, out, a["axis"])
+    raise GraphTunerError(f"op '{head.name}': kind {k!r} is not supported by the executor")
+
+
+def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
+    """A chain of elementwise ops: one generated scale-shift(+act) pass when it is
+    affines then at most an activation on a 4-d tensor, else numpy."""
+    head = model.op(s.ops[0])
+    program: list[tuple] = []
+    if head.kind in ("add", "multiply"):
+        inputs = [read(i, blocks[s.output]) for i in head.inputs]
+        program.append((head.kind,))
+    else:
+        inputs = [read(head.inputs[0], blocks[head.inputs[0]])]
+    for name in s.ops:
+        op = model.op(name)
+        p = params.get(name, {})
+        if op.kind == "batch_norm":
+            scale = p["gamma"] / np.sqrt(np.asarray(p["var"], np.float64) + op.attrs["epsilon"])
+            program.append(("affine", scale, p["beta"] - p["mean"] * scale))
+        elif op.kind == "bias_add":
+            program.append(("affine", np.ones_like(p["bias"]), p["bias"]))
+        elif op.kind == "relu":
+            program.append(("relu",))
+        elif op.kind == "clip":
+            program.append(("clip", op.attrs["min"], op.attrs["max"]))
+    act = activation_of(model.op(s.ops[-1]))
+    affines = program[:-1] if act else program
+    if _is_4d(model.op(s.output).shape) and affines and all(item[0] == "affine" for item in affines):
+        from kernels.elementwise import build_channel_affine
+
+        scale, shift = np.ones(1), np.zeros(1)
+        for _, sc, sh in affines:  # compose: (x * s1 + t1) * s2 + t2
+            scale, shift = scale * sc, shift * sc + sh
+        kernel = build_channel_affine(model.op(s.output).shape, blocks[s.output], act)
+        return kernel.bind(inputs[0].reshape(kernel.input_shape), scale.astype(np.float32),
+                           shift.astype(np.float32), out.reshape(kernel.output_shape))
+    return blocked.make_elementwise(program, inputs, out)
+
+
+def uniform_plan(model: Model, block: int) -> Plan:
+    """Every conv at one channel block (the largest divisor of its channels up to ``block``)
+    with a simple schedule; see :func:`plan_from_configs`. For tests and examples."""
+    from kernels.config import Conv2DConfig
+
+    def fit(c: int) -> int:
+        return max(d for d in range(1, min(block, c) + 1) if c % d == 0)
+
+    configs = {}
+    for op in model.convs():
+        w = model.workload(op)
+        if w.is_depthwise and w.out_channels == w.in_channels:
+            ib = ob = fit(w.out_channels)
+        else:
+            ib, ob = fit(w.kernel_shape[1]), fit(w.out_channels // w.groups)
+        configs[op.name] = Conv2DConfig(ic_bn=ib, oc_bn=ob, ow_bn=min(8, w.out_width), unroll_kw=w.kernel_size[1] > 1)
+    return plan_from_configs(model, configs)
+
+
+def plan_from_configs(model: Model, configs: dict, joins: dict[str, int] | None = None) -> Plan:
+    """A plan running conv ``name`` with ``configs[name]`` (a :class:`kernels.Conv2DConfig`).
+
+    Joins compute in ``joins[name]`` (a block) if given, else in their first input's
+    block when it divides all their inputs, else plain. The transforms follow; all
+    times are unknown (0 ms). For tests and for running without tuning records.
+    """
+    from graph_tuner.candidates import Candidate
+    from graph_tuner.plan import LayerChoice, TransformChoice
+
+    layers = []
+    for i, op in enumerate(model.convs()):
+        c = configs[op.name]
+        layers.append(LayerChoice(i, op.name, model.workload(op), Candidate(None, c.ic_bn, c.oc_bn, 0.0, c, True),
+                                  layout_name(c.ic_bn), layout_name(c.oc_bn), 0.0))
+    plan = Plan(model.name, "llvm", layers, [], {}, "fixed", False, None, 0.0)
+    for op in model.ops:  # in order, so a join's inputs have their blocks
+        if op.kind in JOIN_KINDS and _is_4d(op.shape):
+            if joins and op.name in joins:
+                plan.joins[op.name] = layout_name(joins[op.name])
+                continue
+            chans = [model.op(i).shape[1] for i in op.inputs if _is_4d(model.op(i).shape)]
+            first = tensor_blocks(model, plan)[op.inputs[0]]
+            plan.joins[op.name] = layout_name(first if all(c % first == 0 for c in chans) else 1)
+    blocks = tensor_blocks(model, plan)
+    order = {op.name: i for i, op in enumerate(model.ops)}
+    reads = _reads(model, plan, blocks)
+    for tensor, b in sorted(reads, key=lambda tb: (order[tb[0]], tb[1])):
+        if b != blocks[tensor]:
+            consumers = reads[(tensor, b)]
+            plan.transforms.append(TransformChoice(tensor, tuple(model.op(tensor).shape), layout_name(blocks[tensor]),
+                                                   layout_name(b), 0.0, consumers))
+    return plan

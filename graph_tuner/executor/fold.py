@@ -1,0 +1,198 @@
+"""Fusion decisions: which ops run as one step, and batch-norm/bias folding into conv weights.
+
+A compiled program runs *steps*, each covering one or more model ops:
+
+* a **conv group**: a conv2d, the batch norms and bias adds that directly follow it
+  (folded into its weights and bias: exact, since they are affine per output
+  channel and nothing sits between), then either an activation (relu / relu6), or a
+  residual ``add`` whose other operand is read in the conv's output layout, optionally
+  followed by an activation: the kernel's epilogue computes ``act(conv + bias +
+  residual)``. Every absorbed tensor must have the next op as its only reader and
+  must not be a graph output.
+* an **elementwise chain**: ops such as bn, bias add, relu, clip, or an add/multiply
+  followed by those, run as one blocked pass (a batch norm *before* a conv, as in
+  TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be folded into the conv
+  exactly because of the conv's zero padding; it runs here as scale-shift-relu).
+* any other op on its own.
+
+When both operands of an add come from conv groups, the add goes to the conv that
+runs later, so the other operand is already there when the kernel reads it.
+
+>>> from graph_tuner.builder import GraphBuilder
+>>> b = GraphBuilder("t")
+>>> x = b.input((1, 8, 4, 4))
+>>> a = b.relu(b.batch_norm(b.conv(x, 8, 3, padding=1, name="c1"), name="bn1"), name="r1")
+>>> y = b.relu(b.add(b.conv(a, 8, 3, padding=1, name="c2"), x, name="add"), name="r2")
+>>> m = b.build(b.relu(b.batch_norm(y, name="bn3"), name="r3"))
+>>> [(s.kind, s.ops, s.output) for s in plan_steps(m)]  # doctest: +NORMALIZE_WHITESPACE
+[('conv', ['c1', 'bn1', 'r1'], 'r1'), ('conv', ['c2', 'add', 'r2'], 'r2'),
+ ('elementwise', ['bn3', 'r3'], 'r3')]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graph_tuner.model import Model, Op
+
+UNARY_ELEMENTWISE = frozenset({"batch_norm", "bias_add", "relu", "clip"})
+BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
+_FOLDABLE = frozenset({"batch_norm", "bias_add"})
+
+
+@dataclass
+class Step:
+    """Model ops run as one step; ``output`` is the only tensor it materialises."""
+
+    kind: str  # "conv", "elementwise", or the op's kind
+    ops: list[str]  # model ops covered, in dataflow order (the first is the head)
+    output: str  # tensor written (the last op's name)
+    inputs: list[str] = field(default_factory=list)  # tensors read (conv: data; residual last)
+    activation: str | None = None  # conv groups: "relu" / "relu6"
+    residual: str | None = None  # conv groups: tensor added in the epilogue
+
+
+def activation_of(op: Op) -> str | None:
+    """``relu`` / ``relu6`` if the kernels' epilogue can run ``op``, else None.
+
+    >>> activation_of(Op("r", "clip", ["x"], {"min": 0.0, "max": 6.0}))
+    'relu6'
+    """
+    if op.kind == "relu":
+        return "relu"
+    if op.kind == "clip" and op.attrs.get("min") == 0 and op.attrs.get("max") == 6:
+        return "relu6"
+    return None
+
+
+def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
+    """The op that is ``name``'s only reader (reading it once), if any and not a graph output."""
+    if name in outputs:
+        return None
+    readers = model.consumers(name)
+    if len(readers) != 1 or readers[0].inputs.count(name) != 1:
+        return None
+    return readers[0]
+
+
+def plan_steps(model: Model, blocks: dict[str, int] | None = None,
+               join_blocks: dict[str, int] | None = None) -> list[Step]:
+    """Group the model's ops into steps (see the module doc), in execution order.
+
+    ``blocks`` gives each tensor's channel block and ``join_blocks`` each add's; an add
+    is fused into a conv only when the conv's output is already in the add's layout.
+    Without them every layout is taken to agree.
+    """
+    blocks = blocks or {}
+    join_blocks = join_blocks or {}
+    outputs = set(model.outputs)
+    order = {op.name: i for i, op in enumerate(model.ops)}
+    owner: dict[str, Step] = {}  # op name -> its step
+
+    # 1. conv + folded bn/bias [+ activation]
+    groups: list[Step] = []
+    for op in model.ops:
+        if op.kind != "conv2d":
+            continue
+        g = Step("conv", [op.name], op.name, [op.inputs[0]])
+        while (nxt := _sole_reader(model, g.output, outputs)) is not None:
+            if nxt.kind in _FOLDABLE and g.activation is None:
+                g.ops.append(nxt.name)
+            elif activation_of(nxt) and g.activation is None:
+                g.activation = activation_of(nxt)
+                g.ops.append(nxt.name)
+            else:
+                break
+            g.output = nxt.name
+        groups.append(g)
+        for n in g.ops:
+            owner[n] = g
+
+    # 2. residual adds, each to the later-running conv whose output is in its layout
+    for op in model.ops:
+        if op.kind != "add" or len(op.inputs) != 2 or op.inputs[0] == op.inputs[1]:
+            continue
+        if model.op(op.inputs[0]).shape != model.op(op.inputs[1]).shape or len(op.shape) != 4:
+            continue  # broadcasting adds stay elementwise
+        fits = []
+        for i, t in enumerate(op.inputs):
+            g = owner.get(t)
+            if (g is not None and g.kind == "conv" and g.output == t and g.activation is None
+                    and g.residual is None and _sole_reader(model, t, outputs) is op
+                    and blocks.get(t, 1) == join_blocks.get(op.name, blocks.get(t, 1))):
+                fits.append((order[g.ops[0]], i, g))
+        if not fits:
+            continue
+        _, i, g = max(fits)
+        g.residual = op.inputs[1 - i]
+        g.inputs.append(g.residual)
+        g.ops.append(op.name)
+        g.output = op.name
+        owner[op.name] = g
+        nxt = _sole_reader(model, op.name, outputs)
+        if nxt is not None and activation_of(nxt):
+            g.activation = activation_of(nxt)
+            g.ops.append(nxt.name)
+            g.output = nxt.name
+            owner[nxt.name] = g
+
+    # 3. elementwise chains and single ops
+    steps: list[Step] = []
+    for op in model.ops:
+        if op.name in owner or op.kind == "input":
+            continue
+        src = op.inputs[0] if op.inputs else None
+        prev = owner.get(src) if src is not None else None
+        if (op.kind in UNARY_ELEMENTWISE and prev is not None and prev.kind == "elementwise"
+                and prev.output == src and _sole_reader(model, src, outputs) is op):
+            prev.ops.append(op.name)
+            prev.output = op.name
+            owner[op.name] = prev
+            continue
+        if op.kind in UNARY_ELEMENTWISE or op.kind in BINARY_ELEMENTWISE:
+            s = Step("elementwise", [op.name], op.name, list(op.inputs))
+        else:
+            s = Step(op.kind, [op.name], op.name, list(op.inputs))
+        owner[op.name] = s
+        steps.append(s)
+    steps += groups
+    # Run each step where its last op sits in the model's topological order.
+    steps.sort(key=lambda s: order[s.ops[-1]])
+    return steps
+
+
+def fold_into_conv(model: Model, step: Step, params: dict[str, dict[str, np.ndarray]]
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The conv group's weight and bias with its batch norms and bias adds folded in.
+
+    ``bn(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta`` with
+    ``s = gamma / sqrt(var + eps)`` per output channel. Returns float32 arrays; the
+    bias is None when there is none to add.
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t"); x = b.input((1, 1, 2, 2))
+    >>> m = b.build(b.batch_norm(b.conv(x, 1, 1, name="c"), 0.0, name="bn"))
+    >>> p = {"c": {"weight": np.full((1, 1, 1, 1), 2, np.float32)},
+    ...      "bn": {k: np.array([v], np.float32) for k, v in
+    ...             dict(gamma=3, beta=1, mean=4, var=0.25).items()}}
+    >>> w, bias = fold_into_conv(m, plan_steps(m)[0], p)
+    >>> float(w.ravel()[0]), float(bias[0])  # 2 * 3/0.5 and (0 - 4) * 6 + 1
+    (12.0, -23.0)
+    """
+    conv = model.op(step.ops[0])
+    p = params.get(conv.name, {})
+    w = np.asarray(p["weight"], np.float64)
+    bias = np.asarray(p["bias"], np.float64) if "bias" in p else None
+    for name in step.ops[1:]:
+        op = model.op(name)
+        q = params.get(name, {})
+        if op.kind == "batch_norm":
+            s = np.asarray(q["gamma"], np.float64) / np.sqrt(np.asarray(q["var"], np.float64) + op.attrs["epsilon"])
+            w = w * s.reshape(-1, 1, 1, 1)
+            bias = (np.zeros(len(s)) if bias is None else bias) * s + (q["beta"] - s * q["mean"])
+        elif op.kind == "bias_add":
+            bias = (np.zeros(w.shape[0]) if bias is None else bias) + q["bias"]
+        else:
+            break  # activation / residual add: epilogue
+    return w.astype(np.float32), None if bias is None else bias.astype(np.float32)

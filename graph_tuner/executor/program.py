@@ -1,0 +1,135 @@
+"""A compiled network: a flat list of zero-argument calls over preallocated buffers.
+
+Built by :func:`graph_tuner.executor.compile_model`. Running it is one Python loop
+over bound calls (kernel calls with cached raw pointers, numpy ``out=`` calls);
+nothing is allocated and no shape is checked per run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from graph_tuner.errors import GraphTunerError
+
+CATEGORIES = ("conv", "transform", "other")
+
+
+@dataclass
+class ProgramStep:
+    name: str  # what a profile shows: the head op, or "tensor NCHW16c->NCHW" for a transform
+    category: str  # one of CATEGORIES
+    ops: list[str]  # model ops it covers (empty for a transform)
+    fn: Callable[[], None]
+    predicted_ms: float | None = None  # the plan's cost for this step (conv kernels, transforms)
+
+
+@dataclass
+class StepTime:
+    name: str
+    category: str
+    ops: list[str]
+    median_ms: float
+    predicted_ms: float | None
+
+
+@dataclass
+class Profile:
+    """Per-step medians over repeated runs of the whole program."""
+
+    steps: list[StepTime]
+
+    def by_category(self) -> dict[str, float]:
+        """Milliseconds per category (conv, transform, other), summed over steps.
+
+        >>> Profile([StepTime("a", "conv", [], 1.0, None), StepTime("b", "conv", [], 2.0, None)]).by_category()
+        {'conv': 3.0, 'transform': 0.0, 'other': 0.0}
+        """
+        return {c: sum((s.median_ms for s in self.steps if s.category == c), 0.0) for c in CATEGORIES}
+
+    @property
+    def total_ms(self) -> float:
+        return sum(s.median_ms for s in self.steps)
+
+    @property
+    def measured_planned_ms(self) -> float:
+        """Measured time of the parts the plan predicts (conv kernels + layout transforms)."""
+        by = self.by_category()
+        return by["conv"] + by["transform"]
+
+    def top(self, n: int = 10) -> list[StepTime]:
+        return sorted(self.steps, key=lambda s: -s.median_ms)[:n]
+
+
+class Program:
+    """Runnable network. ``run(x)`` returns the outputs (plain NCHW / 2-d copies)."""
+
+    def __init__(self, model_name: str, steps: list[ProgramStep], inputs: dict[str, np.ndarray],
+                 outputs: list[np.ndarray], predicted_ms: float | None,
+                 tensors: dict[str, tuple[np.ndarray, tuple[int, ...]]] | None = None):
+        self.model_name = model_name
+        self.steps = steps
+        self.inputs = inputs  # input name -> its buffer (plain)
+        self.outputs = outputs  # output buffers, in the model's output order
+        self.predicted_ms = predicted_ms
+        self._calls = tuple(s.fn for s in steps)
+        self._tensors = tensors or {}  # name -> (buffer in its layout, NCHW shape)
+
+    def __repr__(self) -> str:
+        counts = {c: sum(s.category == c for s in self.steps) for c in CATEGORIES}
+        return f"<Program {self.model_name}: {len(self.steps)} steps {counts}>"
+
+    def tensor(self, name: str) -> np.ndarray:
+        """A copy of materialised tensor ``name`` from the last run, in plain layout
+        (tensors fused away inside a step have no buffer: KeyError)."""
+        buf, shape = self._tensors[name]
+        if buf.ndim == 5:  # NCHW[b]c -> NCHW
+            n, cb, h, w, b = buf.shape
+            return buf.transpose(0, 1, 4, 2, 3).reshape(shape).copy()
+        return buf.reshape(shape).copy()
+
+    def set_inputs(self, *arrays: np.ndarray) -> None:
+        """Copy the input arrays into the program's input buffers (shapes must match)."""
+        if len(arrays) != len(self.inputs):
+            raise GraphTunerError(f"{self.model_name} takes {len(self.inputs)} input(s), got {len(arrays)}")
+        for (name, buf), a in zip(self.inputs.items(), arrays):
+            a = np.asarray(a)
+            if a.shape != buf.shape:
+                raise GraphTunerError(f"input '{name}' of {self.model_name} must have shape "
+                                      f"{tuple(buf.shape)}, got {tuple(a.shape)}")
+            np.copyto(buf, a, casting="same_kind")
+
+    def execute(self) -> None:
+        """One run on the current input buffers."""
+        for call in self._calls:
+            call()
+
+    def run(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """Set the inputs, run once, return copies of the outputs."""
+        self.set_inputs(*arrays)
+        self.execute()
+        return [o.copy() for o in self.outputs]
+
+    def benchmark(self, repeat: int = 20, warmup: int = 3):
+        """End-to-end latency: one run per sample (a :class:`kernels.timing.Timing`)."""
+        from kernels.timing import measure
+
+        return measure(self.execute, number=1, repeat=repeat, warmup=warmup)
+
+    def profile(self, repeat: int = 10, warmup: int = 2) -> Profile:
+        """Each step's median time over ``repeat`` whole-program runs (timer around every call)."""
+        for _ in range(warmup):
+            self.execute()
+        times = np.empty((repeat, len(self._calls)))
+        clock = time.perf_counter
+        for r in range(repeat):
+            row = times[r]
+            for i, call in enumerate(self._calls):
+                t0 = clock()
+                call()
+                row[i] = clock() - t0
+        med = np.median(times, axis=0) * 1e3
+        return Profile([StepTime(s.name, s.category, s.ops, float(m), s.predicted_ms)
+                        for s, m in zip(self.steps, med)])

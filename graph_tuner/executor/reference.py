@@ -1,0 +1,127 @@
+"""An independent numpy executor of a :class:`~graph_tuner.model.Model`: plain NCHW, float64.
+
+The yardstick for the compiled program (:mod:`graph_tuner.executor.compile`): it
+shares no code with it or with :mod:`kernels` (no blocking, no folding, no fusion,
+its own conv), so an agreement between the two means something.
+
+>>> from graph_tuner.builder import GraphBuilder
+>>> b = GraphBuilder("t")
+>>> y = b.relu(b.conv(b.input((1, 1, 3, 3)), 1, 3, padding=1, name="c"))
+>>> m = b.build(b.global_avg_pool(y))
+>>> x = np.ones((1, 1, 3, 3), np.float32)
+>>> run_reference(m, {"c": {"weight": np.ones((1, 1, 3, 3), np.float32)}}, x)[0].ravel()
+array([5.44444444])
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from graph_tuner.model import Model, Op
+
+__all__ = ["run_reference", "conv2d", "pool2d"]
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+           groups: int = 1) -> np.ndarray:
+    """NCHW conv, OIHW weight (I = C/groups), padding [top, left, bottom, right], float64."""
+    t, l, b, r = padding
+    x = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (t, b), (l, r)))
+    o, cg, kh, kw = w.shape
+    dh, dw = dilation
+    win = sliding_window_view(x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    win = win[:, :, ::strides[0], ::strides[1], ::dh, ::dw]  # (N, C, OH, OW, KH, KW)
+    n, _, oh, ow = win.shape[:4]
+    win = win.reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = np.asarray(w, np.float64).reshape(groups, o // groups, cg, kh, kw)
+    out = [np.tensordot(win[:, g], wg[g], axes=([1, 4, 5], [1, 2, 3])) for g in range(groups)]  # (N, OH, OW, O/g)
+    return np.concatenate(out, axis=3).transpose(0, 3, 1, 2)
+
+
+def pool2d(x: np.ndarray, kind: str, pool_size, strides, padding, out_hw, count_include_pad=False) -> np.ndarray:
+    """Max or average pooling; windows reaching past the padded input (ceil mode) are clipped.
+
+    The average divides by the window's overlap with the input, or with the padded
+    input when ``count_include_pad`` (PyTorch's rule).
+    """
+    t, l, b, r = padding
+    (kh, kw), (sh, sw), (oh, ow) = pool_size, strides, out_hw
+    n, c, h, w = x.shape
+    # Extend the bottom/right so every window fits (ceil mode), with "nothing" there.
+    eb = max((oh - 1) * sh + kh - (h + t + b), 0)
+    er = max((ow - 1) * sw + kw - (w + l + r), 0)
+    widths = ((0, 0), (0, 0), (t, b + eb), (l, r + er))
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(np.asarray(x, np.float64), widths, constant_values=fill)
+    win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw][:, :, :oh, :ow]
+    if kind == "max":
+        return win.max(axis=(4, 5))
+    inside = np.zeros((h + t + b + eb, w + l + r + er))
+    if count_include_pad:
+        inside[: h + t + b, : w + l + r] = 1
+    else:
+        inside[t: t + h, l: l + w] = 1
+    count = sliding_window_view(inside, (kh, kw))[::sh, ::sw][:oh, :ow].sum(axis=(2, 3))
+    return win.sum(axis=(4, 5)) / count
+
+
+def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
+    return np.asarray(v, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _eval(op: Op, xs: list[np.ndarray], p: dict) -> np.ndarray:
+    a, k = op.attrs, op.kind
+    if k == "conv2d":
+        y = conv2d(xs[0], p["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
+        return y + _channel(p["bias"], 4) if "bias" in p else y
+    if k == "dense":
+        y = xs[0] @ np.asarray(p["weight"], np.float64).T
+        return y + p["bias"] if "bias" in p else y
+    if k == "batch_norm":
+        scale = p["gamma"] / np.sqrt(np.asarray(p["var"], np.float64) + a["epsilon"])
+        return (xs[0] - _channel(p["mean"], xs[0].ndim)) * _channel(scale, xs[0].ndim) + _channel(p["beta"], xs[0].ndim)
+    if k == "bias_add":
+        return xs[0] + _channel(p["bias"], xs[0].ndim)
+    if k == "relu":
+        return np.maximum(xs[0], 0)
+    if k == "clip":
+        return np.clip(xs[0], a["min"], a["max"])
+    if k == "add":
+        return xs[0] + xs[1]
+    if k == "multiply":
+        return xs[0] * xs[1]
+    if k == "concat":
+        return np.concatenate(xs, axis=a["axis"])
+    if k in ("max_pool", "avg_pool"):
+        return pool2d(xs[0], k[:3], a["pool_size"], a["strides"], a["padding"], op.shape[2:],
+                      a.get("count_include_pad", False))
+    if k == "global_avg_pool":
+        return xs[0].mean(axis=(2, 3), keepdims=True)
+    if k in ("flatten", "reshape"):
+        return xs[0].reshape(op.shape)
+    if k == "transpose":
+        return xs[0].transpose(a["perm"])
+    if k == "pad":
+        return np.pad(xs[0], a["pad_width"], constant_values=a.get("value", 0.0))
+    if k == "softmax":
+        e = np.exp(xs[0] - xs[0].max(axis=a["axis"], keepdims=True))
+        return e / e.sum(axis=a["axis"], keepdims=True)
+    raise NotImplementedError(f"reference: op kind {k!r}")
+
+
+def run_reference(model: Model, params: dict[str, dict[str, np.ndarray]], *inputs: np.ndarray,
+                  keep: bool = False) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Run ``model`` on ``inputs`` (one per model input, in order); the outputs in order.
+
+    ``keep=True`` returns every op's output by name instead (to find where two runs part).
+    """
+    if len(inputs) != len(model.inputs):
+        raise ValueError(f"{model.name} takes {len(model.inputs)} inputs, got {len(inputs)}")
+    values: dict[str, np.ndarray] = {}
+    for name, x in zip(model.inputs, inputs):
+        values[name] = np.asarray(x, np.float64)
+    for op in model.ops:
+        if op.kind != "input":
+            values[op.name] = _eval(op, [values[i] for i in op.inputs], params.get(op.name, {}))
+            assert values[op.name].shape == tuple(op.shape), (op.name, values[op.name].shape, op.shape)
+    return values if keep else [values[o] for o in model.outputs]

@@ -1,0 +1,63 @@
+"""`graph-tuner bench`: regression flagging and results files, on synthetic results (no timing)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from graph_tuner import bench
+from graph_tuner.cli import main
+
+
+def _results(**medians):
+    runtimes = {k: (None if v is None else {"median_ms": v, "p90_ms": v * 1.1}) for k, v in medians.items()}
+    return {"models": {"resnet-18": {"runtimes": runtimes, "notes": []}}}
+
+
+def test_regressions_above_five_percent_only():
+    prev = _results(graph_tuned=10.0, history_best=12.0, default=None, onnxruntime=20.0)
+    cur = _results(graph_tuned=10.49, history_best=12.7, default=15.0, onnxruntime=19.0)
+    flagged = bench.find_regressions(cur, prev)
+    assert [(r.runtime, r.previous_ms, r.current_ms) for r in flagged] == [("history_best", 12.0, 12.7)]
+    assert flagged[0].change == pytest.approx(0.7 / 12)
+    # A model or runtime missing from the previous file is not a regression.
+    cur["models"]["resnet-50"] = _results(graph_tuned=99.0)["models"]["resnet-18"]
+    assert len(bench.find_regressions(cur, prev)) == 1
+    assert bench.find_regressions(cur, prev, threshold=0.10) == []
+
+
+def test_previous_results_is_the_newest_other_readable_file(tmp_path):
+    assert bench.previous_results(tmp_path) is None
+    (tmp_path / "2026-01-01T000000.json").write_text(json.dumps(_results(graph_tuned=1.0)))
+    (tmp_path / "2026-02-01T000000.json").write_text(json.dumps(_results(graph_tuned=2.0)))
+    (tmp_path / "2026-03-01T000000.json").write_text("{truncated")
+    path, data = bench.previous_results(tmp_path)
+    assert path.name == "2026-02-01T000000.json"
+    assert bench.previous_results(tmp_path, exclude=path)[0].name == "2026-01-01T000000.json"
+
+
+def test_bench_models_writes_results_chart_and_flags(tmp_path, monkeypatch):
+    medians = iter([10.0, 11.0])  # second run: graph_tuned 10% slower
+
+    def fake_bench_model(name, **kwargs):
+        m = next(medians)
+        return {"log": "x.log", "threads": 2, "batch": 1, "notes": [],
+                "runtimes": {"graph_tuned": {"median_ms": m, "p90_ms": m + 1}, "history_best": None,
+                             "default": {"median_ms": 12.0, "p90_ms": 13.0}, "onnxruntime": {"median_ms": 20.0,
+                                                                                              "p90_ms": 21.0},
+                             "pytorch": None}}
+
+    monkeypatch.setattr(bench, "bench_model", fake_bench_model)
+    first, r1 = bench.bench_models(["resnet-18"], tmp_path, now=dt.datetime(2026, 1, 1, 12, 0, 0))
+    assert first.name == "2026-01-01T120000.json" and r1["previous"] is None and r1["regressions"] == []
+    assert first.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    second, r2 = bench.bench_models(["resnet-18"], tmp_path, now=dt.datetime(2026, 1, 2, 12, 0, 0))
+    assert r2["previous"] == str(first)
+    assert r2["regressions"] == ["resnet-18 graph_tuned: 10.000 -> 11.000 ms (+10.0%)"]
+    assert json.loads(second.read_text())["regressions"] == r2["regressions"]
+
+
+def test_bench_cli_rejects_unknown_models(capsys):
+    assert main(["bench", "resnet-17"]) == 2
+    assert "unknown model 'resnet-17'" in capsys.readouterr().err

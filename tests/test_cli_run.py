@@ -1,0 +1,115 @@
+"""`graph-tuner run`: JSON report, outputs vs the numpy reference, one-line errors."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from graph_tuner.builder import GraphBuilder
+from graph_tuner.cli import main
+from graph_tuner.executor import run_reference
+from graph_tuner.onnx_export import save_onnx
+from graph_tuner.onnx_import import load_onnx
+from graph_tuner.layout_flow import layout_name
+from graph_tuner.records import make_conv2d_record, make_transform_record
+
+TARGET = "llvm -mcpu=test"
+
+
+def _model(channels=16, name="tiny"):
+    b = GraphBuilder(name)
+    x = b.input((1, 8, 10, 10))
+    y = b.relu(b.batch_norm(b.conv(x, channels, 3, padding=1, name="c0"), name="bn0"), name="r0")
+    z = b.batch_norm(b.conv(y, channels, 3, padding=1, name="c1"), name="bn1")
+    s = b.relu(b.add(z, y, name="add"), name="r1")
+    return b.build(b.softmax(b.dense(b.flatten(b.global_avg_pool(s)), 5, name="fc"), name="prob"))
+
+
+def _write_log(model, path, blocks=((8, 16), (16, 16))):
+    """A graph-tuned log: one record per conv layer, in conv order, with the given (ic_bn, oc_bn),
+    and layout-transform records (1 us per 1000 values) so that nothing is measured."""
+    lines = []
+    for op, (ib, ob) in zip(model.convs(), blocks):
+        entity = {"tile_ic": [-1, ib], "tile_oc": [-1, ob], "tile_ow": [-1, 5], "unroll_kw": True}
+        lines.append(json.dumps(make_conv2d_record(model.workload(op), entity, 0, [1e-4], TARGET, timestamp=0.0)))
+    for op in model.ops:
+        if len(op.shape) == 4:
+            for a, b in itertools.permutations([1, 2, 4, 8, 16], 2):
+                if op.shape[1] % a == 0 and op.shape[1] % b == 0:
+                    cost = 1e-9 * math.prod(op.shape)
+                    rec = make_transform_record(op.shape, layout_name(a), layout_name(b), cost, TARGET, timestamp=0.0)
+                    lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture()
+def files(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))  # transform timings: a fresh cache
+    m = _model()
+    onnx_path = tmp_path / "tiny.onnx"
+    save_onnx(m, m.params(seed=5), onnx_path)
+    return m, onnx_path, _write_log(m, tmp_path / "tiny.opt.log")
+
+
+def test_run_json_and_output_match_reference(files, tmp_path, capsys):
+    m, onnx_path, log = files
+    x = np.random.default_rng(1).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    argv = ["run", str(onnx_path), "--records", str(log), "--repeat", "3", "--json",
+            "--input", str(tmp_path / "x.npy"), "--save-output", str(tmp_path / "y.npy")]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"median_ms", "p90_ms", "predicted_ms", "layers"} <= set(out)
+    assert 0 < out["median_ms"] <= out["p90_ms"]
+    # The prediction is the log's kernel times (2 x 0.1 ms) plus its transforms: data to NCHW8c for c0 and
+    # the pooled 16 values back to NCHW; the add computes in NCHW16c, the layout both operands are in.
+    assert out["predicted_ms"] == pytest.approx(0.2 + 1e-6 * (8 * 10 * 10 + 16))
+    cats = {layer["category"] for layer in out["layers"]}
+    assert cats == {"conv", "transform", "other"}
+    conv_layers = [layer for layer in out["layers"] if layer["category"] == "conv"]
+    assert sorted(layer["name"] for layer in conv_layers) == ["c0", "c1"]
+    assert all(layer["predicted_ms"] == pytest.approx(0.1) for layer in conv_layers)
+    assert any("add" in layer["ops"] for layer in conv_layers)  # the residual add ran in a conv epilogue
+    # ONNX models run with their own weights: the output is the reference's on the file's initializers.
+    back = load_onnx(onnx_path)
+    want = run_reference(back, back.params(), x)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-6)
+
+
+def test_run_text_report(files, capsys):
+    m, onnx_path, log = files
+    assert main(["run", str(onnx_path), "--records", str(log), "--repeat", "2", "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "latency: median" in text and "predicted conv + transforms" in text and "slowest 3 steps" in text
+
+
+def _cli(*argv, env=None):
+    return subprocess.run([sys.executable, "-m", "graph_tuner", *argv], capture_output=True, text=True, env=env)
+
+
+def test_errors_are_one_line_exit_2(files, tmp_path):
+    m, onnx_path, log = files
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 8, 10, 9), np.float32))
+    other = _model(channels=8, name="other")  # same structure, other workloads
+    wrong_log = _write_log(other, tmp_path / "other.log", blocks=((8, 8), (8, 8)))
+    short_log = tmp_path / "short.log"
+    short_log.write_text(log.read_text().splitlines()[0] + "\n")
+    (tmp_path / "junk.npy").write_text("not numpy")
+    cases = {
+        "wrong.npy: shape (1, 8, 10, 9)": ["--records", str(log), "--input", str(tmp_path / "wrong.npy")],
+        "record 0 is for": ["--records", str(wrong_log)],
+        "1 x86 conv records for 2 conv layers": ["--records", str(short_log)],
+        "junk.npy: not a .npy array": ["--records", str(log), "--input", str(tmp_path / "junk.npy")],
+        "missing.log: no such file": ["--records", str(tmp_path / "missing.log")],
+    }
+    for expected, extra in cases.items():
+        p = _cli("run", str(onnx_path), *extra)
+        assert p.returncode == 2, (expected, p.stderr)
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert expected in p.stderr, p.stderr

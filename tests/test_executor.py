@@ -1,0 +1,220 @@
+"""The compiled NCHWc program vs the independent numpy reference (and onnxruntime)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graph_tuner.builder import GraphBuilder
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.executor import compile_model, plan_from_configs, run_reference, uniform_plan
+from graph_tuner.executor.fold import plan_steps
+from graph_tuner.zoo.resnet import resnet, resnet_v1
+from kernels.config import Conv2DConfig
+
+
+def _x(model, seed=0):
+    return np.random.default_rng(seed).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
+
+
+def _close(got, want, rtol=2e-4):
+    """float32 vs float64: error small relative to the tensor's scale."""
+    want = np.asarray(want)
+    assert got.shape == want.shape
+    err = np.abs(got - want).max()
+    assert err <= rtol * max(1.0, np.abs(want).max()), (err, np.abs(want).max())
+
+
+def _check(model, plan, names=None, seed=0):
+    params = model.params(seed=seed)
+    prog = compile_model(model, plan, params)
+    x = _x(model, seed)
+    outs = prog.run(x)
+    ref = run_reference(model, params, x, keep=True)
+    for o, got in zip(model.outputs, outs):
+        _close(got, ref[o])
+    for n in names or []:
+        _close(prog.tensor(n), ref[n])
+    return prog
+
+
+def _resnet_block():
+    """v1 conv-bn-relu, a pre-activation unit (bn-relu before convs), residual adds of both kinds."""
+    b = GraphBuilder("block")
+    x = b.input((1, 8, 10, 10))
+    y = b.relu(b.batch_norm(b.conv(x, 16, 3, padding=1, name="stem"), name="stem_bn"), name="stem_relu")
+    act = b.relu(b.batch_norm(y, name="pre_bn"), name="pre_relu")  # pre-activation: not foldable
+    c1 = b.conv(act, 16, 3, padding=1, name="c1")
+    c2 = b.conv(b.relu(b.batch_norm(c1, name="bn2")), 16, 3, padding=1, name="c2")
+    s1 = b.add(c2, y, name="add1")  # residual: conv + identity, no relu
+    d = b.batch_norm(b.conv(s1, 32, 1, strides=2, name="down"), name="down_bn")
+    c3 = b.batch_norm(b.conv(s1, 32, 3, strides=2, padding=1, bias=True, name="c3"), name="c3_bn")
+    out = b.relu(b.add(d, c3, name="add2"), name="out_relu")  # both operands are convs
+    return b.build(b.softmax(b.dense(b.flatten(b.global_avg_pool(out)), 10, name="fc"), name="prob"))
+
+
+def test_fusion_decisions_on_a_residual_block():
+    steps = {s.ops[0]: s for s in plan_steps(_resnet_block())}
+    assert steps["stem"].ops == ["stem", "stem_bn", "stem_relu"] and steps["stem"].activation == "relu"
+    assert steps["pre_bn"].kind == "elementwise" and steps["pre_bn"].ops == ["pre_bn", "pre_relu"]
+    assert steps["c2"].residual == "stem_relu" and steps["c2"].ops[-1] == "add1"
+    # add2 goes to the later conv (c3), reading the earlier one's (down's) output.
+    assert steps["c3"].ops == ["c3", "c3_bn", "add2", "out_relu"] and steps["c3"].residual == "down_bn"
+    assert steps["down"].ops == ["down", "down_bn"]
+
+
+@pytest.mark.parametrize("block", [1, 8, 16])
+def test_residual_block_matches_reference(block):
+    m = _resnet_block()
+    prog = _check(m, uniform_plan(m, block), names=["fc", "stem_relu", "add1", "down_bn"])
+    assert sum(s.category == "conv" for s in prog.steps) == 5
+    assert {s.name for s in prog.steps if s.category == "other"} >= {"pre_bn", "fc"}
+
+
+def test_residual_not_fused_across_layouts():
+    m = _resnet_block()
+    configs = {op.name: Conv2DConfig(8 if op.name == "stem" else 16, 16, 4, True) for op in m.convs()}
+    configs["down"] = Conv2DConfig(16, 8, 4)  # down writes NCHW8c but add2 computes in NCHW16c
+    plan = plan_from_configs(m, configs, joins={"add2": 16})
+    steps = {s.ops[0]: s for s in plan_steps(m, *_blocks(m, plan))}
+    assert steps["c3"].residual == "down_bn"  # c3 (NCHW16c) still takes it, reading down's transform
+    _check(m, plan, names=["fc"])
+    configs["c3"] = Conv2DConfig(16, 8, 4)  # now neither conv writes the add's layout
+    plan = plan_from_configs(m, configs, joins={"add2": 16})
+    steps = {s.ops[0]: s for s in plan_steps(m, *_blocks(m, plan))}
+    assert steps["add2"].kind == "elementwise" and steps["add2"].ops == ["add2", "out_relu"]
+    _check(m, plan, names=["fc"])
+
+
+def _blocks(m, plan):
+    from graph_tuner.executor import tensor_blocks
+    from graph_tuner.layout_flow import parse_layout
+
+    return tensor_blocks(m, plan), {k: parse_layout(v) for k, v in plan.joins.items()}
+
+
+def _branchy():
+    """Concat of blocked branches, depthwise + relu6, pools incl. ceil mode, pad, bias_add."""
+    b = GraphBuilder("branchy")
+    x = b.input((1, 3, 16, 16))
+    y = b.relu(b.conv(x, 16, 3, padding=1, bias=True, name="c0"))
+    dw = b.relu6(b.batch_norm(b.conv(y, 16, 3, padding=1, groups=16, name="dw"), name="dw_bn"), name="dw_r6")
+    p1 = b.max_pool(dw, 3, 2, ceil_mode=True, name="mp_ceil")  # 16 -> 8, the last window partial
+    p2 = b.avg_pool(b.conv(y, 32, 1, name="c1"), 2, 2, padding=(0, 0, 1, 1), name="ap")
+    p3 = b.avg_pool(b.conv(y, 16, 1, name="c2"), 3, 2, padding=1, count_include_pad=True, name="ap_inc")
+    cat = b.concat([p1, p2, p3], name="cat")  # 64 channels
+    z = b.bias_add(b.conv(cat, 24, 3, name="c3"), name="c3_bias")
+    z = b.op("pad", [z], {"pad_width": ((0, 0), (0, 0), (1, 2), (2, 1)), "value": 0.5}, name="pad")
+    z = b.max_pool(z, 2, 2, padding=(1, 1, 0, 0), ceil_mode=True, name="mp2")
+    return b.build(b.softmax(b.dense(b.flatten(b.global_avg_pool(z)), 7, name="fc"), name="prob"))
+
+
+@pytest.mark.parametrize("block", [1, 8, 16])
+def test_concat_pools_depthwise_match_reference(block):
+    m = _branchy()
+    assert m.op("mp_ceil").shape[2:] == m.op("ap").shape[2:] == (8, 8)
+    _check(m, uniform_plan(m, block), names=["cat", "mp2", "fc", "dw_r6"])
+
+
+def _shared():
+    """One tensor read by two convs, an add and a plain op: forces shared and distinct transforms."""
+    b = GraphBuilder("shared")
+    x = b.input((1, 16, 9, 9))
+    t = b.relu(b.conv(x, 32, 3, padding=1, name="src"), name="t")
+    a = b.conv(t, 16, 1, name="a")
+    c = b.conv(t, 16, 3, padding=1, name="c")
+    d = b.conv(t, 32, 1, name="d")
+    s = b.add(d, t, name="s")
+    f = b.flatten(b.global_avg_pool(t, name="gap"), name="flat")
+    return b.build(b.concat([a, c], name="ac"), s, f)
+
+
+def _divisors(n):
+    return [d for d in (1, 2, 4, 8, 16, 32) if n % d == 0]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_layouts_match_reference(data):
+    m = _shared()
+    configs = {}
+    for op in m.convs():
+        w = m.workload(op)
+        ib = data.draw(st.sampled_from(_divisors(w.in_channels)), label=f"{op.name} ic_bn")
+        ob = data.draw(st.sampled_from(_divisors(w.out_channels)), label=f"{op.name} oc_bn")
+        configs[op.name] = Conv2DConfig(ib, ob, data.draw(st.sampled_from([1, 3, 4])), w.kernel_size[1] > 1)
+    joins = {"s": data.draw(st.sampled_from(_divisors(32))), "ac": data.draw(st.sampled_from(_divisors(16)))}
+    plan = plan_from_configs(m, configs, joins)
+    prog = _check(m, plan, names=["t"])
+    # One transform per (tensor, layout), however many consumers share it.
+    keys = [(t.tensor, t.dst_layout) for t in plan.transforms]
+    assert len(keys) == len(set(keys)) == sum(s.category == "transform" for s in prog.steps)
+    wanted = {configs[c].ic_bn for c in "acd"} | {joins["s"]}  # gap is agnostic: reads t as it is
+    assert {b for _, b in _blocks_needed(plan, "t")} == wanted - {configs["src"].oc_bn}
+
+
+def _blocks_needed(plan, tensor):
+    from graph_tuner.layout_flow import parse_layout
+
+    return [(t, parse_layout(t.dst_layout)) for t in plan.transforms if t.tensor == tensor]
+
+
+def test_shared_transform_serves_all_its_consumers():
+    m = _shared()
+    configs = {"src": Conv2DConfig(16, 16, 4, True), "a": Conv2DConfig(8, 16, 3), "c": Conv2DConfig(8, 16, 3, True),
+               "d": Conv2DConfig(8, 32, 3)}
+    plan = plan_from_configs(m, configs, {"s": 16, "ac": 16})
+    moves = [(t.tensor, t.dst_layout, t.consumers) for t in plan.transforms]
+    assert ("t", "NCHW8c", ["a", "c", "d"]) in moves and len([mv for mv in moves if mv[0] == "t"]) == 1
+    assert ("s", "NCHW", ["<output>"]) in moves and ("gap", "NCHW", ["flat"]) in moves
+    prog = _check(m, plan)
+    assert sum(s.name.startswith("t NCHW16c->NCHW8c") for s in prog.steps) == 1
+
+
+@pytest.mark.parametrize("build", [resnet, resnet_v1], ids=["resnet-18", "resnet-18-v1"])
+def test_zoo_resnet_at_reduced_resolution(build):
+    m = build(18, image_size=32)
+    prog = _check(m, uniform_plan(m, 16), names=["fc1"])
+    # The folds and fusions happened: every add and every bn right after a conv runs inside a conv step.
+    in_conv = {op for s in prog.steps if s.category == "conv" for op in s.ops}
+    assert sum(s.category == "conv" for s in prog.steps) == len(m.convs())
+    assert {op.name for op in m.ops if op.kind == "add"} <= in_conv
+    assert {op.name for op in m.ops if op.kind == "batch_norm" and m.op(op.inputs[0]).kind == "conv2d"} <= in_conv
+
+
+def test_plan_for_another_model_is_an_error():
+    m = _resnet_block()
+    other = _branchy()
+    with pytest.raises(GraphTunerError, match="another model"):
+        compile_model(m, uniform_plan(other, 8))
+
+
+def test_input_shape_is_checked():
+    m = _shared()
+    prog = compile_model(m, uniform_plan(m, 8))
+    with pytest.raises(GraphTunerError, match=r"must have shape \(1, 16, 9, 9\)"):
+        prog.run(np.zeros((1, 16, 9, 8), np.float32))
+
+
+def test_onnx_model_matches_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from graph_tuner.onnx_export import save_onnx
+    from graph_tuner.onnx_import import load_onnx
+
+    src = _branchy()
+    path = tmp_path / "branchy.onnx"
+    save_onnx(src, src.params(seed=3), path)
+    m = load_onnx(path)
+    x = _x(m, 1)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {m.inputs[0]: x})
+    for block in (1, 16):
+        got = compile_model(m, uniform_plan(m, block)).run(x)  # the file's own weights
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+    # The logits, not just the softmax, agree with onnxruntime and with the reference.
+    ref = run_reference(m, m.params(), x, keep=True)
+    prog = compile_model(m, uniform_plan(m, 8))
+    prog.run(x)
+    _close(prog.tensor("fc"), ref["fc"])
