@@ -62,16 +62,18 @@ class GraphTuner:
             self.flow = analyse(self.model)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
+                # Every layout pair's fastest record: the baselines may need pairs outside the top K.
                 per_layer = cand.layer_candidates(
                     self.workloads,
                     self.log,
                     names=[op.name for op in self.convs],
-                    k=top_k,
+                    k=10**9,
                     fallback=fallback,
                     target=target,
                 )
             self.warnings += [str(w.message) for w in caught]
-            self.candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
+            self.all_candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
+            self.candidates = {name: cs[:top_k] for name, cs in self.all_candidates.items()}
             self.load_transform_records(self.log)
 
     # -- transform costs -------------------------------------------------------------
@@ -79,7 +81,11 @@ class GraphTuner:
         """Every (NCHW shape, src block, dst block) transform some choice could force."""
         if self.kind != "llvm":
             return []
-        return required_transforms(self.flow, self.candidates, self._blocks())
+        keys = set(required_transforms(self.flow, self.candidates, self._blocks()))
+        for picks in (self._baseline_picks("history_best"), self._baseline_picks("default")):
+            if picks is not None:
+                keys.update(required_transforms(self.flow, picks, self._blocks()))
+        return sorted(keys)
 
     def missing_transforms(self) -> list:
         return self.transforms.missing(self.required_transforms())
@@ -151,7 +157,16 @@ class GraphTuner:
 
     # -- helpers ---------------------------------------------------------------------
     def _blocks(self) -> list[int]:
-        return sorted({1} | {b for cs in self.candidates.values() for c in cs for b in (c.in_block, c.out_block)})
+        return sorted({1} | {b for cs in self.all_candidates.values() for c in cs for b in (c.in_block, c.out_block)})
+
+    def _baseline_picks(self, name: str) -> dict[str, list] | None:
+        if name == "history_best":
+            fixed = {n: [min(cs, key=lambda c: c.time)] for n, cs in self.all_candidates.items()}
+        elif name == "default":
+            fixed = {n: self._default_candidates(n, cs) for n, cs in self.all_candidates.items()}
+        else:
+            raise ValueError(f"unknown baseline {name!r}")
+        return None if any(not cs for cs in fixed.values()) else fixed
 
     def _conv_index(self) -> dict[str, int]:
         return {op.name: i for i, op in enumerate(self.convs)}
@@ -172,13 +187,8 @@ class GraphTuner:
         ``default``: each layer at AutoTVM's default layouts (SIMD-width blocks).
         Both let adds and concats take their best layout, which favours them.
         """
-        if name == "history_best":
-            fixed = {n: [min(cs, key=lambda c: c.time)] for n, cs in self.candidates.items()}
-        elif name == "default":
-            fixed = {n: self._default_candidates(n, cs) for n, cs in self.candidates.items()}
-        else:
-            raise ValueError(f"unknown baseline {name!r}")
-        if any(not cs for cs in fixed.values()):
+        fixed = self._baseline_picks(name)
+        if fixed is None:
             return None
         from solvers import solve
 

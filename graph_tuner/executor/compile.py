@@ -196,8 +196,12 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
         kernel = build_pool2d(shape, blocks[head.name], k[:3], a["pool_size"], a["strides"], a["padding"],
                               head.shape[2:], a.get("count_include_pad", False))
         return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
-    if k == "global_avg_pool":
-        return blocked.make_global_avg_pool(x, out)
+    if k == "global_avg_pool":  # a pool whose window is the whole plane
+        from kernels.pooling import build_pool2d
+
+        shape = model.op(head.inputs[0]).shape
+        kernel = build_pool2d(shape, blocks[head.name], "avg", shape[2:], (1, 1), (0, 0, 0, 0), (1, 1))
+        return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
     if k == "pad":
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
@@ -208,11 +212,34 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     if k == "transpose":
         return blocked.make_transpose(x, out, a["perm"])
     if k == "dense":
-        p = params[head.name]
-        return blocked.make_dense(x, out, p["weight"], p.get("bias"))
+        return _dense_fn(head, params[head.name], x, out)
     if k == "softmax":
         return blocked.make_softmax(x, out, a["axis"])
     raise GraphTunerError(f"op '{head.name}': kind {k!r} is not supported by the executor")
+
+
+def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
+    """Dense as a 1x1 conv over a 1x1 image: with H = W = 1 the blocked layouts of the
+    input (N, in) and output (N, units) are the plain ones, and the conv kernel brings
+    SIMD, threads and the bias epilogue (numpy's einsum loop measured 0.28 ms for a
+    512 x 1000 fc at batch 1; BLAS fought the kernels' threads)."""
+    from kernels.config import Conv2DConfig
+    from kernels.conv2d import build_conv2d
+    from kernels.packing import pack_weight
+    from kernels.workload import Conv2DWorkload
+
+    (n, inp), units = x.shape, op.attrs["units"]
+
+    def block(c: int) -> int:
+        return max(d for d in (1, 2, 4, 8, 16) if c % d == 0)
+
+    w = Conv2DWorkload((n, inp, 1, 1), (units, inp, 1, 1))
+    config = Conv2DConfig(ic_bn=block(inp), oc_bn=block(units), ow_bn=1)
+    bias = p.get("bias")
+    kernel = build_conv2d(w, config, bias=bias is not None)
+    weight = pack_weight(np.asarray(p["weight"], np.float32).reshape(units, inp, 1, 1), config.ic_bn, config.oc_bn)
+    return kernel.bind(x.reshape(kernel.input_shape), weight, out.reshape(kernel.output_shape),
+                       bias=None if bias is None else np.asarray(bias, np.float32))
 
 
 def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):

@@ -70,10 +70,6 @@ def make_elementwise(program: list[tuple], inputs: list[np.ndarray], out: np.nda
     return run
 
 
-def make_global_avg_pool(x: np.ndarray, out: np.ndarray) -> Fn:
-    return lambda: np.mean(x, axis=(2, 3), keepdims=True, out=out)
-
-
 def make_concat(xs: list[np.ndarray], out: np.ndarray, axis: int) -> Fn:
     """Concatenate along NCHW ``axis``: axis 1 (channels) is the chunk axis in a blocked layout,
     valid when the block divides every input's channels (the plan's join block does)."""
@@ -99,23 +95,6 @@ def make_copy_reshape(x: np.ndarray, out: np.ndarray) -> Fn:
 def make_transpose(x: np.ndarray, out: np.ndarray, perm) -> Fn:
     src = x.transpose(perm)
     return lambda: np.copyto(out, src)
-
-
-def make_dense(x: np.ndarray, out: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> Fn:
-    """``out = x @ weight.T + bias``, without allocating.
-
-    numpy's own einsum loop, not BLAS: OpenBLAS's thread pool fights the kernels'
-    OpenMP threads for the cores; a batch-1 ResNet fc (512 x 1000) measured 15 ms
-    through ``np.dot`` on a loaded 2-core machine and 0.2 ms through einsum.
-    """
-    wt = np.ascontiguousarray(np.asarray(weight, np.float32).T)
-    b = None if bias is None else np.asarray(bias, np.float32)
-
-    def run() -> None:
-        np.einsum("ni,ij->nj", x, wt, out=out)
-        if b is not None:
-            np.add(out, b, out=out)
-    return run
 
 
 def make_softmax(x: np.ndarray, out: np.ndarray, axis: int) -> Fn:
