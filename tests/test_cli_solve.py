@@ -87,3 +87,32 @@ def test_malformed_log_names_file_and_line(tmp_path):
     bad.write_text("\n".join(good[:3] + ["{not json"] + good[3:]) + "\n", encoding="utf-8")
     p = run("solve", "resnet-18", "--records", bad, "-o", tmp_path / "o.log")
     assert p.returncode == 2 and "bad.log:4" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_main_job_uses_the_shipped_log(tmp_path):
+    """The README's main command: no --records, the shipped data/resnet-18.log."""
+    env = {**__import__("os").environ, "GRAPH_TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-m", "graph_tuner", "solve", "resnet-18", "--no-progress"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    lines = (tmp_path / "resnet-18.opt.log").read_text().splitlines()
+    assert len(lines) == 21
+    assert "optimal (proven)" in p.stdout and "history best" in p.stdout
+
+
+def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):
+    """ResNet-50 from a ResNet-18 log: only the stem is tuned; the rest fall back."""
+    out = tmp_path / "r50.opt.log"
+    shipped = Path(__file__).parents[1] / "data" / "resnet-18.log"
+    p = run("solve", "resnet-50", "--records", shipped, "--fallback", "--estimate-transforms",
+            "--transform-records", shipped, "-o", out)
+    assert p.returncode == 0, p.stderr
+    assert "warning" in p.stderr and "fallback" in p.stderr
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(records) == 53
+    flagged = [i for i, r in enumerate(records) if r.get("graph_tuner", {}).get("fallback")]
+    from graph_tuner.model import load_model
+
+    tuned = set(load_model("resnet-18").conv_workloads())
+    untuned = [i for i, w in enumerate(load_model("resnet-50").conv_workloads()) if w not in tuned]
+    assert flagged == untuned and 0 < len(untuned) < 53
