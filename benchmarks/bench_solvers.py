@@ -50,7 +50,8 @@ def main(argv=None):
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds for ilp and toulbar2")
     ap.add_argument("--instances", nargs="*", default=list(INSTANCES))
     args = ap.parse_args(argv)
-    print(f"{'instance':18} {'nodes':>5} {'method':8} {'cost':>12} {'optimal':>7} {'time ms':>10} {'/toulbar2':>9}")
+    print(f"{'instance':18} {'nodes':>5} {'method':8} {'cost':>12} {'optimal':>7} "
+          f"{'time ms':>10} {'/toulbar2':>9}")
     for name in args.instances:
         p = INSTANCES[name]()
         rows = []
@@ -68,7 +69,8 @@ def main(argv=None):
                 print(f"{name:18} {p.num_nodes:5} {method:8} {type(e).__name__}: {str(e)[:70]}")
         for method, cost, optimal, t in rows:
             ratio = f"{t / t_ref:9.2f}" if t_ref else f"{'-':>9}"
-            print(f"{name:18} {p.num_nodes:5} {method:8} {cost:12.6f} {str(optimal):>7} {t * 1e3:10.1f} {ratio}")
+            print(f"{name:18} {p.num_nodes:5} {method:8} {cost:12.6f} {str(optimal):>7} "
+                  f"{t * 1e3:10.1f} {ratio}")
         sys.stdout.flush()
 
 

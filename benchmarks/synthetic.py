@@ -26,7 +26,8 @@ class Builder:
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
         self.p = Problem()
-        self.consumers: dict[int, list[tuple[int, np.ndarray]]] = {}  # producer -> [(node, classes)]
+        # producer -> [(consumer node, class each consumer choice needs)]
+        self.consumers: dict[int, list[tuple[int, np.ndarray]]] = {}
         self.out_class: dict[int, np.ndarray] = {}
         self.tensor: dict[int, float] = {}  # producer -> tensor size (elements)
 
@@ -82,7 +83,8 @@ class Builder:
                 continue
             # ~1 GB/s effective transform bandwidth, dearer across distant block sizes
             table = self.tensor[src] * 4 / 1e6 * (0.5 + 0.1 * shape) * self.rng.uniform(0.9, 1.1)
-            self.p.add_conversion(src, [d for d, _ in cons], self.out_class[src], [c for _, c in cons], table)
+            dsts, needs = [d for d, _ in cons], [c for _, c in cons]
+            self.p.add_conversion(src, dsts, self.out_class[src], needs, table)
         return self.p
 
 

@@ -47,7 +47,8 @@ def solve_toulbar2(p: Problem, time_limit: int = 0):
             for d, c in zip(conv.dsts, conv.dst_classes):
                 need = c == b
                 if need.any():  # forbidden: consumer needs b but z_b = 0
-                    cfn.AddFunction([d, z], _finite(np.stack([np.where(need, np.inf, 0.0), np.zeros(len(c))], 1)))
+                    forbid = np.stack([np.where(need, np.inf, 0.0), np.zeros(len(c))], 1)
+                    cfn.AddFunction([d, z], _finite(forbid))
     res = cfn.Solve(timeLimit=time_limit)
     if res is None:
         raise RuntimeError("toulbar2 found no solution")

@@ -176,7 +176,7 @@ class GraphTuner:
 
     def _default_candidates(self, name: str, cs: list) -> list:
         """The layer's candidate at AutoTVM's default layouts (SIMD-width blocks)."""
-        config = cand.fallback_config(self._workload_by_name()[name], simd_width=_simd_lanes())
+        config = cand.fallback_config(self._workload_by_name()[name], _simd_lanes())
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
@@ -318,22 +318,20 @@ def _blocks_of(t) -> tuple[int, int]:
 
 
 def _solve(problem, solver: str, time_limit: float | None, notes: list[str]):
-    from solvers import solve
+    from solvers import Infeasible, TableTooLarge, solve
 
     try:
-        return solve(problem, method=solver, time_limit=time_limit), solver
-    except MemoryError as e:  # pragma: no cover - replaced below once solvers names its error
-        raise GraphTunerError(str(e)) from None
-    except ValueError as e:
-        if solver == "dp" and "ilp" in str(e) and type(e).__name__ != "Infeasible":
+        try:
+            return solve(problem, method=solver, time_limit=time_limit), solver
+        except TableTooLarge as e:
+            if solver != "dp":
+                raise
             notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
             return solve(problem, method="ilp", time_limit=time_limit), "ilp"
-        if type(e).__name__ == "Infeasible":
-            raise GraphTunerError(
-                "no feasible plan: every combination of candidates needs an impossible layout transform"
-            ) from None
-        raise
-
+    except Infeasible:
+        raise GraphTunerError(
+            "no feasible plan: every combination of candidates needs an impossible layout transform"
+        ) from None
 
 def _simd_lanes() -> int:
     """Float lanes of the host's widest vector unit (16 with AVX-512, 8 with AVX2)."""

@@ -10,7 +10,9 @@ the same weights (the model exported to ONNX) and PyTorch when importable. The r
 are timed in interleaved rounds so that load changes on the machine hit them alike.
 Results go to ``<out>/<timestamp>.json`` with a PNG chart next to it, and every
 median more than 5% above the previous results file's is flagged
-(:func:`find_regressions`).
+(:func:`find_regressions`). Each plan's conv + transform time is reported three ways:
+predicted from the log (``plan.cost``), predicted from the same kernels and transforms
+re-timed alone now (:func:`retimed_cost_ms`), and measured inside the running network.
 """
 from __future__ import annotations
 
@@ -102,6 +104,32 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
                      profile, outputs)
 
 
+def retimed_cost_ms(plan) -> float:
+    """The plan's cost model evaluated now, on this machine: every layer's kernel and every
+    transform timed alone (the tuner's and the transform benchmark's own routines), summed.
+
+    ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
+    tuning ran; this separates "is the cost model additive?" from "is the log current?".
+    """
+    from graph_tuner.layout_flow import parse_layout
+    from kernels.transform_bench import time_transform
+    from kernels.tuner import KernelTimer
+
+    timer, seen = KernelTimer(), {}
+    total = 0.0
+    for lc in plan.layers:
+        key = (lc.workload, lc.candidate.config)
+        if key not in seen:
+            seen[key] = timer(*key)
+        total += seen[key]
+    for t in plan.transforms:
+        key = (tuple(t.shape), parse_layout(t.src_layout), parse_layout(t.dst_layout))
+        if key not in seen:
+            seen[key] = time_transform(key)
+        total += seen[key]
+    return total * 1e3
+
+
 # -- regression flagging -------------------------------------------------------------
 
 @dataclass
@@ -138,6 +166,19 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
             if now["median_ms"] > then["median_ms"] * (1 + threshold):
                 out.append(Regression(model, runtime, then["median_ms"], now["median_ms"]))
     return out
+
+
+def _machine_hint(r: Regression, current: dict, previous: dict) -> str:
+    """When onnxruntime slowed down as much, the machine (load, clocks) more likely changed than our code."""
+    if r.runtime == "onnxruntime":
+        return ""
+    try:
+        now = current["models"][r.model]["runtimes"]["onnxruntime"]["median_ms"]
+        then = previous["models"][r.model]["runtimes"]["onnxruntime"]["median_ms"]
+    except (KeyError, TypeError):
+        return ""
+    change = now / then - 1
+    return f"; onnxruntime {change:+.1%} in the same runs" + (" (machine slower?)" if change > REGRESSION_THRESHOLD else "")
 
 
 def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
@@ -178,12 +219,77 @@ def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder:
     return (lambda: sess.run(None, feed)), out
 
 
-def pytorch_runner(model, params, x, threads):
+def pytorch_runner(model, params: dict, x: np.ndarray, threads: int
+                   ) -> tuple[Callable[[], object], np.ndarray] | str:
+    """A zero-argument call running the model eagerly in PyTorch (``torch.nn.functional``,
+    inference mode), and its output; or why not. Not exercised here: torch is not a
+    dependency and was not installed where this was written."""
     try:
-        import torch  # noqa: F401
+        import torch
+        import torch.nn.functional as F
     except ImportError:
-        return "PyTorch not importable: skipped"
-    return "PyTorch runner not implemented: skipped"  # onnx2torch-style conversion is not in our deps
+        return "PyTorch not importable: skipped (pip install torch to compare)"
+    torch.set_num_threads(threads)
+    p = {op: {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in ps.items()}
+         for op, ps in params.items()}
+
+    def pads(a):  # TVM's [top, left, bottom, right] -> F.pad's (left, right, top, bottom)
+        t, l, b, r = a["padding"]
+        return (l, r, t, b)
+
+    def forward(inp):
+        v = {model.inputs[0]: inp}
+        for op in model.ops:
+            if op.kind == "input":
+                continue
+            a, q, xs = op.attrs, p.get(op.name, {}), [v[i] for i in op.inputs]
+            k = op.kind
+            if k == "conv2d":
+                y = F.conv2d(F.pad(xs[0], pads(a)), q["weight"], q.get("bias"), a["strides"], 0, a["dilation"],
+                             a["groups"])
+            elif k == "dense":
+                y = F.linear(xs[0], q["weight"], q.get("bias"))
+            elif k == "batch_norm":
+                y = F.batch_norm(xs[0], q["mean"], q["var"], q["gamma"], q["beta"], False, 0.0, a["epsilon"])
+            elif k == "bias_add":
+                y = xs[0] + q["bias"].reshape((1, -1) + (1,) * (xs[0].dim() - 2))
+            elif k == "relu":
+                y = F.relu(xs[0])
+            elif k == "clip":
+                y = torch.clamp(xs[0], a["min"], a["max"])
+            elif k in ("add", "multiply"):
+                y = xs[0] + xs[1] if k == "add" else xs[0] * xs[1]
+            elif k == "concat":
+                y = torch.cat(xs, a["axis"])
+            elif k == "max_pool":
+                y = F.max_pool2d(F.pad(xs[0], pads(a), value=float("-inf")), a["pool_size"], a["strides"],
+                                 ceil_mode=a["ceil_mode"])
+            elif k == "avg_pool" and not any(a["padding"]):
+                y = F.avg_pool2d(xs[0], a["pool_size"], a["strides"], ceil_mode=a["ceil_mode"])
+            elif k == "global_avg_pool":
+                y = xs[0].mean(dim=(2, 3), keepdim=True)
+            elif k in ("flatten", "reshape"):
+                y = xs[0].reshape(op.shape)
+            elif k == "transpose":
+                y = xs[0].permute(*a["perm"])
+            elif k == "softmax":
+                y = torch.softmax(xs[0], a["axis"])
+            else:
+                raise NotImplementedError(k)
+            v[op.name] = y
+        return v[model.outputs[0]]
+
+    inp = torch.from_numpy(x)
+    try:
+        with torch.inference_mode():
+            out = forward(inp).numpy().copy()
+    except NotImplementedError as e:
+        return f"PyTorch runner: op kind {e} not supported: skipped"
+
+    def run():
+        with torch.inference_mode():
+            forward(inp)
+    return run, out
 
 
 # -- the benchmark -------------------------------------------------------------------
@@ -250,8 +356,13 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     torch_ = pytorch_runner(model, params, x, threads)
     if isinstance(torch_, str):
         notes.append(torch_)
+    else:
+        runners["pytorch"], outputs["pytorch"] = torch_
     ref = outputs["graph_tuned"]
     for k, out in outputs.items():  # every runtime computes the same function
+        if out.shape != ref.shape:
+            notes.append(f"{k}: output shape {out.shape}, graph_tuned's is {ref.shape}")
+            continue
         err = float(np.abs(out - ref).max())
         if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
             notes.append(f"{k}: output differs from graph_tuned by {err:.3g}")
@@ -262,11 +373,14 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         runtimes[k] = {"median_ms": float(np.median(s)) * 1e3, "p90_ms": float(np.percentile(s, 90)) * 1e3}
         if k in programs:
             prof = programs[k].profile(repeat=max(5, repeat // 3))
-            runtimes[k] |= {"predicted_ms": plans[k].cost, "measured_planned_ms": prof.measured_planned_ms,
-                            "by_category_ms": prof.by_category(), "transforms": len(plans[k].transforms)}
-        print_fn(f"{name:<14} {k:<13} median {runtimes[k]['median_ms']:8.3f} ms  p90 {runtimes[k]['p90_ms']:8.3f} ms"
-                 + (f"  predicted {runtimes[k]['predicted_ms']:.3f}, measured conv+transforms "
-                    f"{runtimes[k]['measured_planned_ms']:.3f} ms" if k in programs else ""))
+            runtimes[k] |= {"predicted_ms": plans[k].cost, "retimed_predicted_ms": retimed_cost_ms(plans[k]),
+                            "measured_planned_ms": prof.measured_planned_ms, "by_category_ms": prof.by_category(),
+                            "transforms": len(plans[k].transforms)}
+        r = runtimes[k]
+        print_fn(f"{name:<14} {k:<13} median {r['median_ms']:8.3f} ms  p90 {r['p90_ms']:8.3f} ms"
+                 + (f"  conv+transforms: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
+                    f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms"
+                    if k in programs else ""))
     return {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes}
 
 
@@ -323,7 +437,7 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     prev = previous_results(folder, exclude=path)
     regressions = find_regressions(results, prev[1]) if prev else []
     results["previous"] = str(prev[0]) if prev else None
-    results["regressions"] = [str(r) for r in regressions]
+    results["regressions"] = [str(r) + _machine_hint(r, results, prev[1]) for r in regressions]
     atomic_write_text(path, json.dumps(results, indent=2) + "\n")
     write_chart(results, path.with_suffix(".png"))
     return path, results

@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import X86_TASKS, Record, RecordLog, target_kind
 from kernels.config import Conv2DConfig
-from kernels.config_space import entity_config
+from kernels.config_space import entity_config, fallback_config  # noqa: F401 (re-exported)
 from kernels.workload import Conv2DWorkload
 
 DEFAULT_TOP_K = 20
@@ -148,36 +148,6 @@ def layer_candidates(
     return out
 
 
-def fallback_config(workload: Conv2DWorkload, simd_width: int = FALLBACK_SIMD_WIDTH) -> Conv2DConfig:
-    """AutoTVM's x86 fallback schedule (``_fallback_schedule`` of the conv2d templates).
-
-    ``oc_bn`` = largest divisor of OC <= ``simd_width``; ``ic_bn`` = largest divisor of
-    IC <= ``oc_bn``. 1x1 kernels: the largest ``ow_bn`` dividing OW, then the largest
-    ``oh_bn`` dividing OH with ``ow_bn * oh_bn < 32``. Others (and depthwise):
-    ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off.
-
-    >>> fallback_config(Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)))
-    Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
-    >>> fallback_config(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)))
-    Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
-    """
-    oc_bn = _largest_divisor(workload.out_channels, simd_width)
-    ic_bn = _largest_divisor(workload.in_channels, oc_bn)
-    oh, ow = workload.out_height, workload.out_width
-    if workload.is_1x1 and not workload.is_depthwise:
-        for ow_bn in range(ow, 0, -1):
-            if ow % ow_bn:
-                continue
-            for oh_bn in range(oh, 0, -1):
-                if oh % oh_bn == 0 and ow_bn * oh_bn < 32:
-                    return Conv2DConfig(ic_bn, oc_bn, ow_bn, False, oh_bn)
-    return Conv2DConfig(ic_bn, oc_bn, _largest_divisor(ow, 31), False, 1)
-
-
-def _largest_divisor(n: int, at_most: int) -> int:
-    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
-
-
 def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS, target: str = "llvm") -> Candidate:
     """A candidate for an untuned layer: the fallback schedule, time = FLOPs / ``gflops``.
 
@@ -191,13 +161,11 @@ def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS
     from graph_tuner.records import make_conv2d_record, read_records
     from kernels.config_space import conv2d_space, depthwise_conv2d_space
 
-    config = fallback_config(workload)
+    config = fallback_config(workload, FALLBACK_SIMD_WIDTH)
     time = workload.flops / (gflops * 1e9)
     space = depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload)
     entity: dict = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
     if "tile_oh" in space.names:
-        # TVM's knob only offers 1 or 2 rows; keep the schedule expressible in a record.
-        config = dataclasses.replace(config, oh_bn=min(config.oh_bn, 2) if workload.out_height > 1 else 1)
         entity["tile_oh"] = config.oh_bn
     else:
         entity["unroll_kw"] = False

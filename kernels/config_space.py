@@ -266,3 +266,34 @@ def task_space(task_name: str, workload: Conv2DWorkload) -> ConfigSpace:
         return _TASK_SPACES[task_name](workload)
     except KeyError:
         raise ValueError(f"no x86 config space for task {task_name!r}; known: {sorted(_TASK_SPACES)}") from None
+
+
+def fallback_config(workload: Conv2DWorkload, lanes: int = 16) -> Conv2DConfig:
+    """AutoTVM's x86 fallback schedule (``_fallback_schedule``) for SIMD width ``lanes``.
+
+    ``oc_bn`` = largest divisor of OC <= lanes, ``ic_bn`` = largest divisor of IC <= oc_bn
+    (depthwise: ``ic_bn = oc_bn``). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
+    dividing OH with ``ow_bn * oh_bn < 32`` (``oh_bn`` kept within the space's [1, 2]);
+    others ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off. The graph tuner's
+    "default" plan and the tuner's first measurement are this schedule.
+
+    >>> fallback_config(Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)))
+    Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
+    >>> fallback_config(Conv2DWorkload((1, 128, 14, 14), (256, 128, 1, 1)))
+    Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=14, unroll_kw=False, oh_bn=2)
+    """
+    oc_bn = _largest_divisor(workload.out_channels, lanes)
+    ic_bn = oc_bn if workload.is_depthwise else _largest_divisor(workload.in_channels, oc_bn)
+    oh, ow = workload.out_height, workload.out_width
+    if workload.is_1x1 and not workload.is_depthwise:
+        for ow_bn in range(ow, 0, -1):
+            if ow % ow_bn:
+                continue
+            for oh_bn in range(min(oh, 2), 0, -1):
+                if oh % oh_bn == 0 and ow_bn * oh_bn < 32:
+                    return Conv2DConfig(ic_bn, oc_bn, ow_bn, False, oh_bn)
+    return Conv2DConfig(ic_bn, oc_bn, _largest_divisor(ow, 31), False, 1)
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)

@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.config_space import ConfigSpace, conv2d_space, depthwise_conv2d_space
+from kernels.config_space import ConfigSpace, conv2d_space, depthwise_conv2d_space, fallback_config
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
@@ -140,37 +140,6 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
         return config.ic_bn == config.oc_bn and workload.out_channels == workload.in_channels
     icg, ocg = workload.in_channels // workload.groups, workload.out_channels // workload.groups
     return icg % config.ic_bn == 0 and ocg % config.oc_bn == 0
-
-
-def _largest_divisor(n: int, at_most: int) -> int:
-    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
-
-
-def fallback_config(workload: Conv2DWorkload, lanes: int = 16) -> Conv2DConfig:
-    """AutoTVM's x86 fallback schedule (``_fallback_schedule``) for SIMD width ``lanes``.
-
-    ``oc_bn`` = largest divisor of OC <= lanes, ``ic_bn`` = largest divisor of IC <= oc_bn
-    (depthwise: ``ic_bn = oc_bn``). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
-    dividing OH with ``ow_bn * oh_bn < 32`` (``oh_bn`` kept within the space's [1, 2]);
-    others ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off. The same heuristic
-    as ``graph_tuner.candidates.fallback_config`` (which cannot be imported from here).
-
-    >>> fallback_config(Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)))
-    Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
-    >>> fallback_config(Conv2DWorkload((1, 128, 14, 14), (256, 128, 1, 1)))
-    Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=14, unroll_kw=False, oh_bn=2)
-    """
-    oc_bn = _largest_divisor(workload.out_channels, lanes)
-    ic_bn = oc_bn if workload.is_depthwise else _largest_divisor(workload.in_channels, oc_bn)
-    oh, ow = workload.out_height, workload.out_width
-    if workload.is_1x1 and not workload.is_depthwise:
-        for ow_bn in range(ow, 0, -1):
-            if ow % ow_bn:
-                continue
-            for oh_bn in range(min(oh, 2), 0, -1):
-                if oh % oh_bn == 0 and ow_bn * oh_bn < 32:
-                    return Conv2DConfig(ic_bn, oc_bn, ow_bn, False, oh_bn)
-    return Conv2DConfig(ic_bn, oc_bn, _largest_divisor(ow, 31), False, 1)
 
 
 def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, float, float]:

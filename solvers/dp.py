@@ -1,15 +1,21 @@
 """Exact bucket (variable) elimination over compressed factors.
 
 Every edge becomes a :class:`~solvers.factors.Factor` over groups of identical rows /
-columns; a shared conversion becomes one exact factor over (src, distinct dsts) when
-that table is small.  Otherwise it is split exactly with binary auxiliary variables
-``z_b`` ("some consumer needs class b"), one per class b a consumer can need:
+columns.  A shared conversion is encoded exactly in one of three ways:
 
-* factor (src, z_b) costs ``z_b * table[class(src)][b]`` (0 when the class is b),
-* factor (dst_k, z_b) is ``inf`` when consumer k needs b and ``z_b = 0``.
-
-Minimising over z gives ``z_b = 1`` exactly for the needed classes (costs are
-non-negative, so switching an unneeded z_b on never helps), i.e. the conversion cost.
+* one factor over (src, distinct dsts), when that table is small;
+* else, when its consumers can need at most ``MAX_CHAIN_CLASSES`` classes, a chain of
+  *needed-set* variables: for the consumers sorted by node, ``U_k`` = the set of
+  classes consumers k, k+1, ... need (a bitmask), with hard factors
+  ``U_k = U_{k+1} | {class of consumer k}`` and one cost factor (src, U_1) paying
+  ``table[class(src)][b]`` for every b in the set.  Chains are shared between
+  conversions whose consumer lists end alike, so DenseNet's "every layer feeds every
+  later concat" becomes one chain per dense block instead of a clique;
+* else binary variables ``z_b`` ("some consumer needs class b"), one per class b a
+  consumer can need: factor (src, z_b) costs ``z_b * table[class(src)][b]`` and factor
+  (dst_k, z_b) is ``inf`` when consumer k needs b and ``z_b = 0``.  Minimising over z
+  gives ``z_b = 1`` exactly for the needed classes (costs are non-negative, so
+  switching an unneeded z_b on never helps), i.e. the conversion cost.
 
 Variables are eliminated in a greedy min-table-size order
 (:mod:`~solvers.elimination_order`).  Eliminating v joins its factors on a common
@@ -34,13 +40,14 @@ import time
 
 import numpy as np
 
-from .elimination_order import min_weight_order
+from .elimination_order import elimination_order
 from .factors import Factor, conversion_factor, conversion_roles, edge_factor, group
 from .problem import Problem
 from .solution import Infeasible, Solution, TableTooLarge
 
 MAX_TABLE_ENTRIES = 1 << 24  # 128 MiB of float64 per table
 DIRECT_CONVERSION_ENTRIES = 1 << 16
+MAX_CHAIN_CLASSES = 7  # needed-set variables have 2**classes states
 
 
 def _build(p: Problem, direct_conversion_entries: int):
@@ -57,6 +64,33 @@ def _build(p: Problem, direct_conversion_entries: int):
         else:
             factors.append(f)
 
+    chains: dict[tuple, tuple[int, np.ndarray]] = {}
+
+    def needed_set(atoms):
+        """Variable whose value is the set of classes ``atoms`` need (a bitmask over r)."""
+        key = tuple((d, c.tobytes()) for d, c in atoms)
+        if key not in chains:
+            (d, c), rest = atoms[0], atoms[1:]
+            r = np.unique(np.concatenate([c for _, c in atoms]))
+            u = len(unary)
+            unary.append(np.zeros(1 << len(r)))
+            states = np.arange(1 << len(r))
+            vals, d_idx = np.unique(c, return_inverse=True)
+            bit = 1 << np.searchsorted(r, vals)
+            if rest:
+                w, r_rest = needed_set(rest)
+                rstates = np.arange(1 << len(r_rest))
+                lifted = np.zeros(len(rstates), dtype=np.int64)
+                for n, pos in enumerate(np.searchsorted(r, r_rest)):
+                    lifted |= ((rstates >> n) & 1) << pos
+                ok = states[:, None, None] == (lifted[None, :, None] | bit[None, None, :])
+                add(Factor((u, w, d), [states, rstates, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
+            else:
+                ok = states[:, None] == bit[None, :]
+                add(Factor((u, d), [states, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
+            chains[key] = (u, r)
+        return chains[key]
+
     for (i, j), m in p.edges.items():
         add(edge_factor(i, j, m))
     for conv in p.conversions:
@@ -68,14 +102,27 @@ def _build(p: Problem, direct_conversion_entries: int):
             continue
         src_idx = idx[0]
         (_, _, src_cls), = [r for r in roles if r[1]]
-        for b in np.unique(np.concatenate(conv.dst_classes)):
+        atoms = sorted({(d, c.tobytes()): (d, c) for d, c in zip(conv.dsts, conv.dst_classes)}.items())
+        atoms = tuple(a for _, a in atoms)
+        classes = np.unique(np.concatenate(conv.dst_classes))
+        if len(classes) <= MAX_CHAIN_CLASSES:
+            u, r = needed_set(atoms)
+            states = np.arange(1 << len(r))
+            bits = ((states[:, None] >> np.arange(len(r))) & 1).astype(bool)
+            price = conv.table[np.ix_(src_cls, r)]
+            pay = np.where(bits[None], price[:, None, :], 0.0).sum(axis=-1)
+            add(Factor((conv.src, u), [src_idx, states], pay))
+            continue
+        for b in classes:
             z = len(unary)
             unary.append(np.zeros(2))
-            add(Factor((conv.src, z), [src_idx, np.arange(2)], np.stack([np.zeros(len(src_cls)), conv.table[src_cls, b]], 1)))
+            pay = np.stack([np.zeros(len(src_cls)), conv.table[src_cls, b]], 1)
+            add(Factor((conv.src, z), [src_idx, np.arange(2)], pay))
             for d, c in zip(conv.dsts, conv.dst_classes):
                 needs = (c == b).astype(np.intp)
                 if needs.any():
-                    add(Factor((d, z), [needs, np.arange(2)], np.array([[0.0, 0.0], [np.inf, 0.0]])[: needs.max() + 1]))
+                    forbid = np.array([[0.0, 0.0], [np.inf, 0.0]])[: needs.max() + 1]
+                    add(Factor((d, z), [needs, np.arange(2)], forbid))
     return unary, factors
 
 
@@ -90,23 +137,25 @@ def solve_dp(
     unary, factors = _build(p, direct_conversion_entries)
     nvars = len(unary)
     by_var: list[set[int]] = [set() for _ in range(nvars)]
-    adjacency = {v: set() for v in range(nvars)}
     for fid, f in enumerate(factors):
         for v in f.scope:
             by_var[v].add(fid)
-            adjacency[v].update(f.scope)
-    for v in range(nvars):
-        adjacency[v].discard(v)
-    sizes = {}
-    for v in range(nvars):
-        keys = [factors[fid].idx[factors[fid].scope.index(v)] for fid in by_var[v]]
-        sizes[v] = int(group(*keys)[0].max()) + 1 if keys else 1
-    order = min_weight_order(adjacency, sizes)
+    # entries of u that the factors shared with v tell apart (for the order heuristic)
+    axis: dict[tuple[int, int], int] = {}
+    pair_keys: dict[tuple[int, int], list[np.ndarray]] = {}
+    for f in factors:
+        for a, u in enumerate(f.scope):
+            for v in f.scope:
+                if v != u:
+                    pair_keys.setdefault((u, v), []).append(f.idx[a])
+    for key, keys in pair_keys.items():
+        axis[key] = keys[0].max() + 1 if len(keys) == 1 else int(group(*keys)[0].max()) + 1
+    order = elimination_order(axis, {v: len(unary[v]) for v in range(nvars)})
     t1 = time.perf_counter()
 
     constant = 0.0
     trail = []  # (v, factors joined) for choice recovery
-    width = largest = 0
+    width = largest = two_stage_joins = 0
     for v in order:
         fs = [factors[fid] for fid in by_var[v]]
         for fid in by_var[v]:
@@ -150,19 +199,48 @@ def solve_dp(
         width, largest = max(width, len(scope)), max(largest, entries)
         vcost = np.full(shape[-1], np.inf)
         np.minimum.at(vcost, vgroups, unary[v])
-        total = vcost.reshape([1] * (len(scope) - 1) + [-1])
-        for n, f in enumerate(fs):
+
+        def placed(n, keep_v_axis=False):
+            """Factor n's table broadcastable against the joined table (scope order)."""
+            f = fs[n]
             t = f.table
-            sel = [maps[(n, ax)] for ax in range(len(f.scope))]
+            sel = [None if (keep_v_axis and u == v) else maps[(n, ax)]
+                   for ax, u in enumerate(f.scope)]
             if any(s is not None for s in sel):
-                t = t[np.ix_(*[np.arange(t.shape[ax]) if s is None else s for ax, s in enumerate(sel)])]
+                t = t[np.ix_(*[np.arange(t.shape[ax]) if s is None else s
+                               for ax, s in enumerate(sel)])]
             pos = [where[u] for u in f.scope]
             perm = np.argsort(pos)
             t = t.transpose(perm)
             bshape = [1] * len(scope)
-            for ax in perm:
-                bshape[pos[ax]] = t.shape[list(perm).index(ax)]
-            total = total + t.reshape(bshape)
+            for k, ax in enumerate(perm):
+                bshape[pos[ax]] = t.shape[k]
+            return t.reshape(bshape)
+
+        # Two-stage join: when one factor F dominates, first minimise v's unary and the
+        # other factors within each of F's entries for v (a segmented min), then join
+        # with F over F's (fewer) entries.  Exact; avoids the full |scope| x |v| table.
+        big = max(range(len(fs)), key=lambda n: fs[n].table.size)
+        big_v = fs[big].scope.index(v)
+        rest_vars = {u for n, f in enumerate(fs) if n != big for u in f.scope} - {v}
+        rest_entries = math.prod(shape[where[u]] for u in rest_vars) * shape[-1]
+        big_entries = math.prod(shape[:-1]) * fs[big].table.shape[big_v]
+        two_stage = rest_entries + big_entries < entries // 2
+        if len(fs) > 1 and maps[(big, big_v)] is not None and two_stage:
+            two_stage_joins += 1
+            part = vcost.reshape([1] * (len(scope) - 1) + [-1])
+            for n in range(len(fs)):
+                if n != big:
+                    part = part + placed(n)
+            key = maps[(big, big_v)]  # F's entry of each v group
+            order = np.argsort(key, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+            part = np.minimum.reduceat(part[..., order], starts, axis=-1)
+            total = part + placed(big, keep_v_axis=True)
+        else:
+            total = vcost.reshape([1] * (len(scope) - 1) + [-1])
+            for n in range(len(fs)):
+                total = total + placed(n)
         reduced = total.min(axis=-1)
         if len(scope) == 1:
             constant += float(reduced)
@@ -179,7 +257,8 @@ def solve_dp(
     for v, fs in reversed(trail):
         vec = unary[v].copy()
         for f in fs:
-            key = tuple(f.idx[ax] if u == v else f.idx[ax][assign[u]] for ax, u in enumerate(f.scope))
+            key = tuple(f.idx[ax] if u == v else f.idx[ax][assign[u]]
+                        for ax, u in enumerate(f.scope))
             vec += f.table[key]
         assign[v] = int(np.argmin(vec))
     choice = assign[: p.num_nodes]
@@ -187,6 +266,7 @@ def solve_dp(
     stats = {
         "width": width,
         "largest_table": largest,
+        "two_stage_joins": two_stage_joins,
         "variables": nvars,
         "aux_variables": nvars - p.num_nodes,
         "dp_value": constant,

@@ -12,7 +12,6 @@ only on the layout block is 7 x 7 however many schedules each conv has.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,7 +82,8 @@ def conversion_roles(conv: Conversion):
     tuple of classes it has in all its roles; ``role_classes`` lists
     ``(axis, is_src, classes_per_group)``.
     """
-    roles = [(conv.src, True, conv.src_class)] + [(d, False, c) for d, c in zip(conv.dsts, conv.dst_classes)]
+    roles = [(conv.src, True, conv.src_class)]
+    roles += [(d, False, c) for d, c in zip(conv.dsts, conv.dst_classes)]
     scope = list(dict.fromkeys(r[0] for r in roles))
     k = conv.table.shape[0]
     idx, role_classes = [], []
@@ -117,9 +117,3 @@ def conversion_factor(conv: Conversion, roles=None) -> Factor:
     s[src_axis], s[-1] = len(a), k
     price = conv.table[a].reshape(s)
     return Factor(scope, idx, np.where(needed, price, 0.0).sum(axis=-1))
-
-
-def conversion_size(conv: Conversion) -> int:
-    """Number of entries of :func:`conversion_factor` without building it."""
-    _, idx, _ = conversion_roles(conv)
-    return math.prod(int(i.max()) + 1 for i in idx)

@@ -8,13 +8,19 @@ Variables (after the exact :mod:`~solvers.presolve`):
   ``sum_c y[r, c] = sum_{a in r} x[i, a]`` and ``sum_r y[r, c] = sum_{b in c} x[j, b]``
   (the marginal / local-polytope linearisation, much tighter than
   ``y >= x_i + x_j - 1``; ``inf`` entries get ``y = 0``);
-* per shared conversion with src classes a and needed classes b: for each consumer k a
-  pair block ``v_k[a, b] >= 0`` with the same marginal constraints against
-  (class of src = a) and (consumer k needs b), and ``w[a, b] >= v_k[a, b]`` for every k,
-  paying ``table[a][b] * w[a, b]`` for b != a.  At an integral x the marginals force
-  ``v_k[a, b] = 1`` exactly for the src class and consumer k's need, so the cheapest
-  w is 1 exactly for (src class, each distinct needed class): the conversion cost.
-  With one consumer this is again the local polytope.
+* per shared conversion with src classes a and needed classes b:
+
+  - one consumer: ``v[a, b] >= 0`` with the same marginal constraints against
+    (class of src = a) and (consumer needs b), paying ``table[a][b] * v[a, b]``: the
+    local polytope of the pair;
+  - several consumers: ``w[a, b] >= 0`` ("src has class a and class b is needed")
+    with ``w[a, b] <= X_src[a]`` and, for every consumer k and class b,
+    ``sum_a w[a, b] >= X_k[b]``, paying ``table[a][b] * w[a, b]`` (0 when a == b).
+    At an integral x only ``w[class(src), b]`` may be non-zero and it must be 1 for
+    every needed b, so the cheapest w pays each needed class once: exact.  It is
+    tighter than ``w >= X_src[a] + z_b - 1`` (which lets a fractional z_b pay
+    nothing) and needs A*B columns per conversion rather than per consumer
+    (measured: DenseNet-like 10.7k instead of 36.8k columns, root LP 0.3 s).
 
 Objective coefficients are float64 (no integer scaling); HiGHS runs with relative and
 absolute MIP gaps 0.  ``optimal`` is True only when HiGHS reports a proven optimum; with
@@ -114,7 +120,8 @@ def _conversion(model: _Model, x: list[np.ndarray], conv) -> None:
         # one consumer: the local polytope of the (src class, needed class) pair
         v = model.columns(tab, np.inf).reshape(-1)
         model.rows_equal_zero((rows_a, v), (a_of, x[conv.src]))
-        model.rows_equal_zero((cols_b, v), (np.searchsorted(b_vals, conv.dst_classes[0]), x[conv.dsts[0]]))
+        b_of = np.searchsorted(b_vals, conv.dst_classes[0])
+        model.rows_equal_zero((cols_b, v), (b_of, x[conv.dsts[0]]))
         return
     # w[a, b]: "src has class a and class b is needed"; w[a, b] <= X_src[a] and, for
     # every consumer k and class b, sum_a w[a, b] >= X_k[b]
@@ -123,7 +130,7 @@ def _conversion(model: _Model, x: list[np.ndarray], conv) -> None:
         sel = x[conv.src][a_of == aa]
         for bb in range(nb):
             if np.isfinite(tab[aa, bb]):
-                model.row(np.concatenate([sel, [w[aa, bb]]]), np.r_[np.ones(len(sel)), -1.0], 0.0, np.inf)
+                model.row(np.r_[sel, w[aa, bb]], np.r_[np.ones(len(sel)), -1.0], 0.0, np.inf)
     seen = set()
     for d, cls in zip(conv.dsts, conv.dst_classes):
         key = (d, cls.tobytes())
@@ -133,12 +140,14 @@ def _conversion(model: _Model, x: list[np.ndarray], conv) -> None:
         b_of = np.searchsorted(b_vals, cls)
         for bb in np.unique(b_of):
             sel = x[d][b_of == bb]
-            model.row(np.concatenate([w[:, bb], sel]), np.r_[np.ones(na), -np.ones(len(sel))], 0.0, np.inf)
+            model.row(np.r_[w[:, bb], sel], np.r_[np.ones(na), -np.ones(len(sel))], 0.0, np.inf)
 
 
 def solve_ilp(p: Problem, *, time_limit: float | None = None) -> Solution:
     """Exact MILP (see module docstring); ``time_limit`` in seconds."""
     t0 = time.perf_counter()
+    if p.num_nodes == 0:
+        return Solution([], 0.0, True, 0.0, "ilp", {})
     pre = presolve(p)
     q = pre.problem
     model = _Model()

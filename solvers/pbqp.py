@@ -88,5 +88,7 @@ def solve_pbqp(p: Problem) -> Solution:
     if not np.isfinite(cost):
         if counts["RN"] == 0:  # exact reductions (the pairwise form has the same inf set)
             raise Infeasible("every assignment has infinite cost")
-        raise NoSolutionFound("pbqp heuristic (RN) found no finite-cost assignment; use method='dp' or 'ilp'")
+        raise NoSolutionFound(
+            "pbqp heuristic (RN) found no finite-cost assignment; use method='dp' or 'ilp'"
+        )
     return Solution(full, cost, proven, value if proven else None, "pbqp", stats)

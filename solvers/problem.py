@@ -112,7 +112,7 @@ class Problem:
         dsts = tuple(self._check_node(d) for d in dsts)
         tab = np.array(table, dtype=np.float64)
         if tab.ndim != 2 or tab.shape[0] != tab.shape[1] or tab.size == 0:
-            raise ValueError(f"conversion from node {src}: table must be square, got shape {tab.shape}")
+            raise ValueError(f"conversion from node {src}: table must be square, got {tab.shape}")
         np.fill_diagonal(tab, 0.0)  # ignored by definition
         _costs(tab, f"conversion from node {src}: table")
         k = tab.shape[0]
@@ -120,30 +120,40 @@ class Problem:
         def classes(values, node, what):
             arr = np.asarray(values)
             if arr.shape != (len(self.costs[node]),):
-                raise ValueError(f"conversion from node {src}: {what} needs one class per choice of node {node}")
-            if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() >= k):
+                raise ValueError(
+                    f"conversion from node {src}: {what} needs one class per choice of node {node}"
+                )
+            integral = np.issubdtype(arr.dtype, np.integer)
+            if arr.size and (not integral or arr.min() < 0 or arr.max() >= k):
                 raise ValueError(f"conversion from node {src}: {what} must be integers in [0, {k})")
             return arr.astype(np.intp)
 
         if len(dst_classes) != len(dsts):
-            raise ValueError(f"conversion from node {src}: {len(dsts)} dsts but {len(dst_classes)} dst_classes")
+            raise ValueError(
+                f"conversion from node {src}: {len(dsts)} dsts but {len(dst_classes)} dst_classes"
+            )
         self.conversions.append(
             Conversion(
                 src,
                 dsts,
                 classes(src_class, src, "src_class"),
-                tuple(classes(c, d, f"dst_classes[{n}]") for n, (d, c) in enumerate(zip(dsts, dst_classes))),
+                tuple(classes(c, d, f"dst_classes[{n}]")
+                      for n, (d, c) in enumerate(zip(dsts, dst_classes))),
                 tab,
             )
         )
 
     def check_choice(self, choice: Sequence[int]) -> list[int]:
         if len(choice) != len(self.costs):
-            raise ValueError(f"choice has {len(choice)} entries, problem has {len(self.costs)} nodes")
+            raise ValueError(
+                f"choice has {len(choice)} entries, problem has {len(self.costs)} nodes"
+            )
         out = [int(x) for x in choice]
         for i, x in enumerate(out):
             if not 0 <= x < len(self.costs[i]):
-                raise ValueError(f"choice {x} out of range for node {i} ({len(self.costs[i])} choices)")
+                raise ValueError(
+                    f"choice {x} out of range for node {i} ({len(self.costs[i])} choices)"
+                )
         return out
 
     def evaluate(self, choice: Sequence[int]) -> float:

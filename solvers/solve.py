@@ -16,10 +16,12 @@ METHODS = ("dp", "ilp", "pbqp", "brute")
 def solve(p: Problem, method: str = "dp", time_limit: float | None = None, **options) -> Solution:
     """Minimise ``p.evaluate`` over all choices.
 
-    ``method``: ``"dp"`` (exact bucket elimination; options ``max_table_entries``),
-    ``"ilp"`` (exact MILP via HiGHS, honours ``time_limit`` seconds), ``"pbqp"``
-    (Scholz-Eckstein reductions; heuristic on dense graphs) or ``"brute"`` (tiny
-    problems).  Raises :class:`~solvers.Infeasible` when every assignment costs inf.
+    ``method``: ``"dp"`` (exact bucket elimination; option ``max_table_entries``, raises
+    :class:`~solvers.TableTooLarge` above it), ``"ilp"`` (exact MILP via HiGHS),
+    ``"pbqp"`` (Scholz-Eckstein reductions; heuristic on dense graphs) or ``"brute"``
+    (tiny problems only).  ``time_limit`` (seconds) is honoured by ``ilp``, which then
+    returns its incumbent with ``optimal=False``; the other methods run to completion.
+    Raises :class:`~solvers.Infeasible` when every assignment costs inf.
     """
     if method == "dp":
         from .dp import solve_dp

@@ -54,10 +54,33 @@ def test_bench_models_writes_results_chart_and_flags(tmp_path, monkeypatch):
     assert first.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     second, r2 = bench.bench_models(["resnet-18"], tmp_path, now=dt.datetime(2026, 1, 2, 12, 0, 0))
     assert r2["previous"] == str(first)
-    assert r2["regressions"] == ["resnet-18 graph_tuned: 10.000 -> 11.000 ms (+10.0%)"]
+    assert r2["regressions"] == ["resnet-18 graph_tuned: 10.000 -> 11.000 ms (+10.0%); onnxruntime +0.0% in the same runs"]
     assert json.loads(second.read_text())["regressions"] == r2["regressions"]
 
 
 def test_bench_cli_rejects_unknown_models(capsys):
     assert main(["bench", "resnet-17"]) == 2
     assert "unknown model 'resnet-17'" in capsys.readouterr().err
+
+
+def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatch):
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.executor import uniform_plan
+
+    b = GraphBuilder("t")
+    x = b.input((1, 8, 6, 6))
+    y = b.conv(b.conv(x, 16, 3, padding=1, name="c1"), 16, 3, padding=1, name="c2")
+    m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c3")))
+    plan = uniform_plan(m, 16)  # c2 and c3: same workload and config; data -> NCHW8c, output -> NCHW
+    calls = []
+
+    class FakeTimer:
+        def __call__(self, workload, config):
+            calls.append("conv")
+            return 1e-3 * workload.in_channels / 8  # c1: 1 ms, c2 and c3: 2 ms
+
+    monkeypatch.setattr("kernels.tuner.KernelTimer", FakeTimer)
+    monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: calls.append("t") or 1e-4)
+    assert len(plan.transforms) == 2
+    assert bench.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
+    assert calls.count("conv") == 2 and calls.count("t") == 2

@@ -28,7 +28,7 @@ def _close(got, want, rtol=2e-4):
 
 def _check(model, plan, names=None, seed=0):
     params = model.params(seed=seed)
-    prog = compile_model(model, plan, params)
+    prog = compile_model(model, plan, params, keep=names or ())
     x = _x(model, seed)
     outs = prog.run(x)
     ref = run_reference(model, params, x, keep=True)
@@ -181,6 +181,8 @@ def test_zoo_resnet_at_reduced_resolution(build):
     assert sum(s.category == "conv" for s in prog.steps) == len(m.convs())
     assert {op.name for op in m.ops if op.kind == "add"} <= in_conv
     assert {op.name for op in m.ops if op.kind == "batch_norm" and m.op(op.inputs[0]).kind == "conv2d"} <= in_conv
+    # Dead tensors' buffers were reused (and the outputs above still matched the reference).
+    assert prog.buffer_bytes < prog.tensor_bytes / 3
 
 
 def test_plan_for_another_model_is_an_error():
@@ -215,6 +217,6 @@ def test_onnx_model_matches_onnxruntime(tmp_path):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
     # The logits, not just the softmax, agree with onnxruntime and with the reference.
     ref = run_reference(m, m.params(), x, keep=True)
-    prog = compile_model(m, uniform_plan(m, 8))
+    prog = compile_model(m, uniform_plan(m, 8), keep=["fc"])
     prog.run(x)
     _close(prog.tensor("fc"), ref["fc"])

@@ -106,3 +106,60 @@ def test_shared_conversion_is_paid_once_by_exact_methods():
     for method in ("dp", "ilp", "brute"):
         s = solve(p, method)
         assert s.cost == 3.0 and s.choice[1:] == [1, 1, 1] and s.optimal
+
+
+def test_empty_problem():
+    for method in ("dp", "ilp", "pbqp", "brute"):
+        s = solve(Problem(), method)
+        assert s.choice == [] and s.cost == 0.0 and s.optimal
+
+
+def cnn_like(seed, n=30):
+    """A chain with skip connections and shared conversions, choices = (in, out) classes."""
+    rng = np.random.default_rng(seed)
+    p = Problem()
+    k = 4
+    pairs = []
+    for _ in range(n):
+        m = int(rng.integers(6, 20))
+        pairs.append((rng.integers(0, k, m), rng.integers(0, k, m)))
+        p.add_node(rng.uniform(0, 10, m))
+    table = rng.uniform(0.5, 3, (k, k))
+    for i in range(n - 1):
+        dsts = [i + 1] + ([i + 3] if i % 3 == 0 and i + 3 < n else [])
+        needs = [pairs[d][0] for d in dsts]
+        p.add_conversion(i, dsts, pairs[i][1], needs, table * rng.uniform(0.5, 2))
+    return p
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_ilp_agree_beyond_brute_force(seed):
+    """Problems too big for brute force: the two exact methods must agree and pbqp never wins."""
+    p = cnn_like(seed)
+    d, i, b = solve(p, "dp"), solve(p, "ilp"), solve(p, "pbqp")
+    assert d.optimal and i.optimal
+    assert abs(d.cost - i.cost) <= 1e-9 * d.cost
+    assert b.cost >= d.cost - 1e-9 * d.cost
+
+
+def test_dp_two_stage_join_is_exact(monkeypatch):
+    """A hub feeding three consumers (one 4-way conversion factor) whose outputs meet again:
+    eliminating a consumer first joins the big factor with a small one in two stages."""
+    rng = np.random.default_rng(7)
+    p = Problem()
+    k = 4
+    hub = p.add_node(rng.uniform(0, 1, k))
+    mids = [p.add_node(rng.uniform(0, 3, 16)) for _ in range(3)]
+    sink = p.add_node(rng.uniform(0, 1, k))
+    pairs = np.array([(i, o) for i in range(k) for o in range(k)])  # every (in, out) class
+    table = rng.uniform(0.5, 2, (k, k))
+    p.add_conversion(hub, mids, np.arange(k), [pairs[:, 0]] * 3, table)
+    for m in mids:
+        p.add_conversion(m, [sink], pairs[:, 1], [np.arange(k)], table)
+    from solvers import dp
+    from solvers.brute import solve_brute
+
+    monkeypatch.setattr(dp, "elimination_order", lambda axis, domain: mids + [hub, sink])
+    d = solve(p, "dp")
+    assert d.stats["two_stage_joins"] >= 1
+    assert abs(d.cost - solve_brute(p).cost) <= 1e-12

@@ -1,13 +1,14 @@
 """Random problems: exact methods equal brute force, pbqp never beats it or lies."""
 import itertools
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solvers import Infeasible, NoSolutionFound, Problem, solve
+from solvers import Infeasible, NoSolutionFound, Problem, dp, solve
 from solvers.brute import solve_brute
 
 COST = st.sampled_from([0.0, 0.0, 0.25, 1.0, 1.5, 2.0, 3.0, 7.5, math.inf])
@@ -18,7 +19,8 @@ def problems(draw, max_nodes=5, inf_weight=1):
     n = draw(st.integers(1, max_nodes))
     sizes = draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
     cost = COST if inf_weight else COST.filter(math.isfinite)
-    spec = {"costs": [draw(st.lists(cost, min_size=s, max_size=s)) for s in sizes], "edges": [], "conv": []}
+    costs = [draw(st.lists(cost, min_size=s, max_size=s)) for s in sizes]
+    spec = {"costs": costs, "edges": [], "conv": []}
     for _ in range(draw(st.integers(0, 2 * n))):
         i, j = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
         m = [draw(st.lists(cost, min_size=sizes[j], max_size=sizes[j])) for _ in range(sizes[i])]
@@ -61,14 +63,15 @@ def reference_cost(spec, x) -> float:
 
 
 def reference_optimum(spec) -> float:
-    return min(reference_cost(spec, x) for x in itertools.product(*(range(len(c)) for c in spec["costs"])))
+    every = itertools.product(*(range(len(c)) for c in spec["costs"]))
+    return min(reference_cost(spec, x) for x in every)
 
 
 def close(a, b):
     return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -90,21 +93,24 @@ def test_brute_matches_reference_enumeration(spec):
         assert close(solve_brute(p).cost, best)
 
 
-@pytest.mark.parametrize("options", [{}, {"direct_conversion_entries": 1}], ids=["direct", "aux-vars"])
+@pytest.mark.parametrize("variant", ["direct", "needed-set-chain", "aux-z"])
 @SETTINGS
 @given(spec=problems())
-def test_dp_equals_brute(spec, options):
+def test_dp_equals_brute(spec, variant):
+    """Each exact encoding of shared conversions: one factor, needed-set chain, z_b vars."""
     p, best = build(spec), reference_optimum(spec)
-    if math.isinf(best):
-        with pytest.raises(Infeasible):
-            solve(p, "dp", **options)
-        return
-    s = solve(p, "dp", **options)
+    options = {} if variant == "direct" else {"direct_conversion_entries": 1}
+    with mock.patch.object(dp, "MAX_CHAIN_CLASSES", 0 if variant == "aux-z" else 7):
+        if math.isinf(best):
+            with pytest.raises(Infeasible):
+                solve(p, "dp", **options)
+            return
+        s = solve(p, "dp", **options)
     assert s.optimal and close(s.cost, best) and close(s.cost, p.evaluate(s.choice))
     assert close(s.bound, best)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_ilp_equals_brute(spec):
     p, best = build(spec), reference_optimum(spec)
@@ -156,7 +162,7 @@ def test_disconnected_parts_and_single_choice_nodes():
         assert solve(p, method).cost == 7.0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems(max_nodes=8, inf_weight=0))
 def test_bigger_problems_against_brute(spec):
     """Denser random problems (brute force itself is checked above on smaller ones)."""

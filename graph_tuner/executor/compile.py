@@ -27,6 +27,9 @@ True
 """
 from __future__ import annotations
 
+import math
+from typing import Iterable
+
 import numpy as np
 
 from graph_tuner.errors import GraphTunerError
@@ -66,29 +69,54 @@ def tensor_blocks(model: Model, plan: Plan) -> dict[str, int]:
     return blocks
 
 
+def _read_block(model: Model, layers: dict, blocks: dict[str, int], op, tensor: str) -> int:
+    """The block ``op`` reads 4-d ``tensor`` in (see the module doc)."""
+    if op.kind == "conv2d":
+        return parse_layout(layers[op.name].in_layout)
+    if op.kind in JOIN_KINDS and _is_4d(op.shape):
+        return blocks[op.name]
+    if op.kind in AGNOSTIC_KINDS and _is_4d(op.shape):
+        return blocks[tensor]
+    return 1
+
+
 def _reads(model: Model, plan: Plan, blocks: dict[str, int]) -> dict[tuple[str, int], list[str]]:
     """Every (tensor, block) a 4-d tensor is read in, with its readers ("<output>": a graph output)."""
     layers = {lc.name: lc for lc in plan.layers}
     reads: dict[tuple[str, int], list[str]] = {}
     for op in model.ops:
         for i in op.inputs:
-            if not _is_4d(model.op(i).shape):
-                continue
-            if op.kind == "conv2d":
-                b = parse_layout(layers[op.name].in_layout)
-            elif op.kind in JOIN_KINDS and _is_4d(op.shape):
-                b = blocks[op.name]
-            elif op.kind in AGNOSTIC_KINDS and _is_4d(op.shape):
-                b = blocks[i]
-            else:
-                b = 1
-            readers = reads.setdefault((i, b), [])
-            if op.name not in readers:
-                readers.append(op.name)
+            if _is_4d(model.op(i).shape):
+                readers = reads.setdefault((i, _read_block(model, layers, blocks, op, i)), [])
+                if op.name not in readers:
+                    readers.append(op.name)
     for o in model.outputs:
         if _is_4d(model.op(o).shape):
             reads.setdefault((o, 1), []).append("<output>")
     return reads
+
+
+def _allocate(actions: list[tuple], shapes: dict, pinned: set) -> dict:
+    """Buffers for ``actions`` (``(written key, [read keys])`` in run order), reusing memory:
+    a buffer is free after its last read, unless pinned (inputs, outputs, kept tensors). A
+    step's output never shares memory with its own inputs (allocated before they are freed)."""
+    last: dict = {}
+    for i, (_, reads) in enumerate(actions):
+        for r in reads:
+            last[r] = i
+    free: list[np.ndarray] = []  # whole owned buffers, by size
+    owner: dict = {}
+    arrays: dict = {}
+    for i, (w, reads) in enumerate(actions):
+        size = math.prod(shapes[w])
+        fits = [j for j, f in enumerate(free) if f.size >= size]
+        # Best fit: the smallest free buffer that holds it, else a new one.
+        owner[w] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else np.zeros(size, np.float32)
+        arrays[w] = owner[w][:size].reshape(shapes[w])
+        for k in dict.fromkeys([*reads, w]):
+            if k not in pinned and last.get(k, i) == i:
+                free.append(owner[k])
+    return arrays
 
 
 def _shape(shape, block: int) -> tuple[int, ...]:
@@ -99,11 +127,14 @@ def _shape(shape, block: int) -> tuple[int, ...]:
 
 
 def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarray]] | None = None,
-                  *, seed: int = 0) -> Program:
-    """Compile ``model`` to run ``plan`` (params default: ``model.params(seed)``)."""
-    from kernels.conv2d import build_conv2d
+                  *, seed: int = 0, keep: Iterable[str] = ()) -> Program:
+    """Compile ``model`` to run ``plan`` (params default: ``model.params(seed)``).
+
+    Buffers are reused once their tensor is dead; tensors named in ``keep`` (if the
+    program materialises them) keep their own, readable after a run with
+    :meth:`Program.tensor`.
+    """
     from kernels.layout_transform import build_transform
-    from kernels.packing import pack_depthwise_weight, pack_weight
 
     params = model.params(seed) if params is None else params
     blocks = tensor_blocks(model, plan)
@@ -123,13 +154,26 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
             raise GraphTunerError(f"the plan has no transform of '{tensor}' from {layout_name(blocks[tensor])} "
                                   f"to {layout_name(b)}; the plan was made for another model")
 
-    buffers: dict[str, np.ndarray] = {}
-    for name in model.inputs:
-        buffers[name] = np.zeros(model.op(name).shape, np.float32)
-    for s in steps:
-        buffers[s.output] = np.zeros(_shape(model.op(s.output).shape, blocks[s.output]), np.float32)
-    moved: dict[tuple[str, int], np.ndarray] = {
-        (t, b): np.zeros(_shape(model.op(t).shape, b), np.float32) for t, b in transforms}
+    # Buffers: a tensor in its own layout is keyed by name, a transformed copy by (name, block).
+    def key(t: str, b: int):
+        return t if not _is_4d(model.op(t).shape) or b == blocks[t] else (t, b)
+
+    actions: list[tuple] = []  # (key written, [keys read]) in run order
+    for tensor in [*model.inputs, *(s.output for s in steps)]:
+        if tensor in model.inputs:
+            actions.append((tensor, []))
+        else:
+            s = next(s for s in steps if s.output == tensor)
+            inside = set(s.ops)
+            actions.append((tensor, [key(i, _read_block(model, layers, blocks, model.op(o), i))
+                                     for o in s.ops for i in model.op(o).inputs if i not in inside]))
+        actions += [((t, b), [t]) for t, b in transforms if t == tensor]
+    shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
+                        blocks[w] if isinstance(w, str) else w[1]) for w, _ in actions}
+    kept = set(model.inputs) | set(keep) | {key(o, 1) for o in model.outputs}
+    arrays = _allocate(actions, shapes, kept)
+    buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
+    moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
     def read(tensor: str, block: int) -> np.ndarray:
         if not _is_4d(model.op(tensor).shape) or block == blocks[tensor]:
@@ -150,8 +194,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         emit_transforms(name)
     for s in steps:
         if s.kind == "conv":
-            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers[s.output],
-                                        build_conv2d, pack_weight, pack_depthwise_weight))
+            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers[s.output]))
         else:
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
                                                                                     buffers[s.output])))
@@ -159,11 +202,19 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
 
     outputs = [read(o, 1).reshape(model.op(o).shape) for o in model.outputs]
     inputs = {n: buffers[n] for n in model.inputs}
-    tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items()}
-    return Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
+    tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
+    prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
+    owners = {id(a.base if a.base is not None else a): a for a in arrays.values()}
+    prog.buffer_bytes = sum(a.nbytes for a in owners.values())
+    prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
+    return prog
 
 
-def _conv_step(model, s: Step, lc, params, read, out, build_conv2d, pack_weight, pack_depthwise_weight) -> ProgramStep:
+def _conv_step(model: Model, s: Step, lc, params, read, out: np.ndarray) -> ProgramStep:
+    """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers."""
+    from kernels.conv2d import build_conv2d
+    from kernels.packing import pack_depthwise_weight, pack_weight
+
     conv = model.op(s.ops[0])
     w = model.workload(conv)
     config = lc.candidate.config
@@ -183,6 +234,7 @@ def _conv_step(model, s: Step, lc, params, read, out, build_conv2d, pack_weight,
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
+    """The call running a non-conv step into ``out``."""
     head = model.op(s.ops[0])
     a = head.attrs
     if s.kind == "elementwise":

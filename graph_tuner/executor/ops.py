@@ -78,12 +78,17 @@ def make_concat(xs: list[np.ndarray], out: np.ndarray, axis: int) -> Fn:
 
 
 def make_pad(x: np.ndarray, out: np.ndarray, pad_width, value: float) -> Fn:
-    """Constant padding over the NCHW axes; the border is written once, at compile time."""
+    """Constant padding over the NCHW axes. The border is rewritten every run: the output
+    buffer is shared with other tensors once this one is dead."""
     if x.ndim == 5 and any(pad_width[1]):
         raise ValueError("channel padding in a blocked layout is not supported")
-    out[...] = value
     interior = out[tuple(slice(a, a + n) for (a, _), n in zip(pad_width, x.shape))]
-    return lambda: np.copyto(interior, x)
+    fill = np.float32(value)
+
+    def run() -> None:
+        out.fill(fill)
+        np.copyto(interior, x)
+    return run
 
 
 def make_copy_reshape(x: np.ndarray, out: np.ndarray) -> Fn:

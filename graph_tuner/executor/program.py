@@ -76,6 +76,8 @@ class Program:
         self.predicted_ms = predicted_ms
         self._calls = tuple(s.fn for s in steps)
         self._tensors = tensors or {}  # name -> (buffer in its layout, NCHW shape)
+        self.buffer_bytes = 0  # activation memory allocated (buffers are reused)
+        self.tensor_bytes = 0  # what one buffer per tensor would take
 
     def __repr__(self) -> str:
         counts = {c: sum(s.category == c for s in self.steps) for c in CATEGORIES}
