@@ -17,12 +17,13 @@ distinct workload, as AutoTVM's ``apply_history_best`` does.
 ...     e = {"tile_ic": [-1, ic], "tile_oc": [-1, oc], "tile_ow": [-1, 8], "unroll_kw": True}
 ...     return make_conv2d_record(w, e, 0, [t], "llvm", timestamp=0.0)
 >>> log = read_records([rec(16, 16, 3e-3), rec(16, 16, 2e-3), rec(8, 16, 1e-3)])
->>> [(c.in_block, c.out_block, c.time) for c in layer_candidates([w], log)[0]]
-[(8, 16, 0.001), (16, 16, 0.002)]
+>>> [(c.in_block, c.out_block, c.time) for c in layer_candidates([w], log)[0]]  # a config's records averaged
+[(8, 16, 0.001), (16, 16, 0.0025)]
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -110,7 +111,8 @@ def layer_candidates(
     """Candidates of each x86 conv layer (in the given order), fastest first.
 
     Per layer: the records of x86 conv tasks for ``target``'s kind whose workload
-    equals the layer's (:func:`match_key`), the fastest per (in_block, out_block), then
+    equals the layer's (:func:`match_key`), a config's time the mean of its records,
+    the fastest config per (in_block, out_block), then
     the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
     with ``fallback=True`` it gets one AutoTVM-fallback candidate (:func:`fallback_candidate`)
     and a warning.
@@ -118,19 +120,27 @@ def layer_candidates(
     if names is not None and len(names) != len(workloads):
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
     kind = target_kind(target)
-    by_workload: dict[Conv2DWorkload, dict[tuple[int, int], Candidate]] = {}
     wanted = {match_key(w) for w in workloads}
+    # A config measured several times (our tuner re-times its winners) counts at the mean
+    # of its records: the fastest of many noisy timings is biased low.
+    runs: dict[tuple, list[Record]] = {}
     for rec in _records(records):
         key = match_key(rec.workload)
         if rec.task_name not in X86_TASKS or rec.target_kind != kind or key not in wanted:
             continue
+        ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))
+        runs.setdefault(ident, []).append(rec)
+    by_workload: dict[Conv2DWorkload, dict[tuple[int, int], Candidate]] = {}
+    for (key, _, _), recs in runs.items():
+        rec = recs[-1]
+        time = sum(r.time for r in recs) / len(recs)
         config = entity_config(rec.entity)
         if rec.workload.is_depthwise and config.ic_bn != config.oc_bn:
             continue  # see module docstring
         pairs = by_workload.setdefault(key, {})
         pair = (config.ic_bn, config.oc_bn)
-        if pair not in pairs or rec.time < pairs[pair].time:
-            pairs[pair] = Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config)
+        if pair not in pairs or time < pairs[pair].time:
+            pairs[pair] = Candidate(rec, config.ic_bn, config.oc_bn, time, config)
     out = []
     for i, w in enumerate(workloads):
         pairs = by_workload.get(match_key(w))

@@ -27,8 +27,8 @@ Finally the layout transforms the model can need are measured and appended as
 >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
 >>> fake = lambda wl, c: 1e-4 * c.ow_bn / c.oc_bn
 >>> summary = tune_workloads([(w, 1)], log, trials=5, measure=fake, progress=False, transforms=False)
->>> summary[0].new, len(read_records(log).records)
-(5, 5)
+>>> summary[0].new, summary[0].confirmed, len(read_records(log).records)  # 5 trials, winners re-timed
+(5, 5, 10)
 >>> tune_workloads([(w, 1)], log, trials=7, measure=fake, progress=False, transforms=False)[0].new
 2
 """
@@ -133,6 +133,7 @@ class WorkloadSummary:
     workload: Conv2DWorkload
     count: int  # layers with this workload
     new: int = 0  # measurements made by this run
+    confirmed: int = 0  # winners timed a second time by this run
     resumed: int = 0  # measurements found in the log
     errors: int = 0  # failed measurements of this run
     best_seconds: float | None = None  # over the log and this run
@@ -148,7 +149,8 @@ class WorkloadSummary:
         best = (f"best {self.best_seconds * 1e3:.3f} ms ({self.best_gflops:.1f} GFLOP/s)"
                 if self.best_seconds else "no successful measurement")
         return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged trials, "
-                f"{self.errors} failed, {len(self.pairs)} layout pairs, {best}, {self.wall_seconds:.1f} s")
+                f"{self.errors} failed, {len(self.pairs)} layout pairs, {self.confirmed} winners re-timed, {best}, "
+                f"{self.wall_seconds:.1f} s")
 
 
 def _open_log(path: Path):
@@ -170,8 +172,13 @@ def tune_workloads(
     transforms: bool = True,
     transform_shapes: Iterable[tuple[int, int, int, int]] | None = None,
     print_fn: Callable[[str], object] = lambda s: None,
+    confirm: int = 20,
 ) -> list[WorkloadSummary]:
     """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable).
+
+    After a workload's search, the fastest config of each of its ``confirm`` fastest layout
+    pairs is timed once more and logged again: the graph tuner averages a config's records,
+    which undoes the winner's curse of keeping the fastest of many noisy timings.
 
     ``measure`` is the tuner's measuring function (default: compile and time for real).
     With ``transforms``, the layout transforms of ``transform_shapes`` (default: the
@@ -217,6 +224,9 @@ def tune_workloads(
                                          error_no=m.error_no, all_cost=m.elapsed)
                 log.write(format_record(rec) + "\n")
                 log.flush()
+                if m.confirmation:
+                    summary.confirmed += 1
+                    return
                 summary.new += 1
                 if not m.ok:
                     summary.errors += 1
@@ -230,7 +240,8 @@ def tune_workloads(
 
             t0 = time.perf_counter()
             try:
-                tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure)
+                tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure,
+                     confirm=confirm)
             finally:
                 bar.close()
             summary.wall_seconds = time.perf_counter() - t0

@@ -31,10 +31,16 @@ def indices_by_workload(path):
 
 def test_records_parse_and_feed_layer_candidates(tmp_path):
     log = tmp_path / "t.log"
-    summaries = tune_workloads([(W3, 2), (W1, 1)], log, trials=12, measure=fake, progress=False, transforms=False)
+    summaries = tune_workloads([(W3, 2), (W1, 1)], log, trials=12, measure=fake, progress=False, transforms=False,
+                               confirm=5)
     assert [s.new for s in summaries] == [12, 12] and all(len(s.pairs) >= 8 for s in summaries)
+    assert [s.confirmed for s in summaries] == [5, 5]
     records = read_records(log).records
-    assert len(records) == 24
+    assert len(records) == 24 + 10
+    for w in (W3, W1):  # the re-timed configs are the fastest of 5 distinct layout pairs, logged again
+        idx = [r.config_index for r in records if r.workload == w]
+        again = idx[12:]
+        assert set(again) <= set(idx[:12]) and len(set(again)) == 5
     assert {r.task_name for r in records} == {"conv2d_NCHWc.x86"} and {r.target for r in records} == {host_target()}
     for r in records:  # index and entity agree in AutoTVM's conv2d_NCHWc.x86 space
         assert task_space("conv2d_NCHWc.x86", r.workload).entity(r.config_index) == r.entity
@@ -43,7 +49,7 @@ def test_records_parse_and_feed_layer_candidates(tmp_path):
     for w, c in zip([W3, W1], cands):  # the default (fallback) layouts are among the candidates
         f = fallback_config(w)
         assert (f.ic_bn, f.oc_bn) in {(x.in_block, x.out_block) for x in c}
-    assert summaries[0].best_seconds == min(r.time for r in records if r.workload == W3)
+    assert summaries[0].best_seconds == min(r.time for r in records[:12])
 
 
 def test_resume_after_a_kill_mid_line(tmp_path):
@@ -57,7 +63,7 @@ def test_resume_after_a_kill_mid_line(tmp_path):
         return fake(w, c)
 
     with pytest.raises(KeyboardInterrupt):
-        tune_workloads([(W3, 1)], log, trials=10, measure=dying, progress=False, transforms=False)
+        tune_workloads([(W3, 1)], log, trials=10, measure=dying, progress=False, transforms=False, confirm=0)
     lines = log.read_text().splitlines(keepends=True)
     assert len(lines) == 6  # every finished measurement was flushed
     log.write_text("".join(lines[:5]) + lines[5][: len(lines[5]) // 2])  # and the kill tore the last line
@@ -65,13 +71,14 @@ def test_resume_after_a_kill_mid_line(tmp_path):
 
     again = []
     summary = tune_workloads([(W3, 1)], log, trials=10, measure=lambda w, c: again.append(c) or fake(w, c),
-                             progress=False, transforms=False)[0]
+                             progress=False, transforms=False, confirm=0)[0]
     assert summary.resumed == 5 and summary.new == 5 == len(again)
     (indices,) = indices_by_workload(log).values()
     assert indices[:5] == kept and len(indices) == len(set(indices)) == 10
     assert len(read_records(log).records) == 10  # the torn line is gone, the log reads cleanly
     # A complete run is not repeated.
     assert tune_workloads([(W3, 1)], log, trials=10, measure=fake, progress=False, transforms=False)[0].new == 0
+    assert len(read_records(log).records) == 10  # and a finished workload is not re-confirmed either
 
 
 def test_failed_measurements_are_logged_and_not_retried(tmp_path):
@@ -82,13 +89,13 @@ def test_failed_measurements_are_logged_and_not_retried(tmp_path):
             raise MeasureError(INSTANTIATION_ERROR, "no")
         return fake(w, c)
 
-    s = tune_workloads([(W3, 1)], log, trials=40, measure=picky, progress=False, transforms=False)[0]
+    s = tune_workloads([(W3, 1)], log, trials=40, measure=picky, progress=False, transforms=False, confirm=0)[0]
     errors = [json.loads(line) for line in open(log) if json.loads(line)["result"][1] != 0]
     assert s.errors == len(errors) > 0 and {e["result"][1] for e in errors} == {INSTANTIATION_ERROR}
     assert read_records(log).skipped_error == len(errors)
     done, _ = logged(log, host_target())
     assert sum(v is None for runs in done.values() for v in runs.values()) == len(errors)
-    s2 = tune_workloads([(W3, 1)], log, trials=45, measure=picky, progress=False, transforms=False)[0]
+    s2 = tune_workloads([(W3, 1)], log, trials=45, measure=picky, progress=False, transforms=False, confirm=0)[0]
     assert s2.resumed == 40 and s2.new == 5
 
 
@@ -103,7 +110,7 @@ def test_repair_tail(tmp_path):
 def test_transform_records_appended_once(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
     log = tmp_path / "t.log"
-    tune_workloads([(W1, 1)], log, trials=10, measure=fake, progress=False, transforms=False)
+    tune_workloads([(W1, 1)], log, trials=10, measure=fake, progress=False, transforms=False, confirm=0)
     recs = read_records(log).records
     keys = transform_keys([W1.data_shape], recs, host_target())
     blocks = {1} | {int(r.entity[k][-1]) for r in recs for k in ("tile_ic", "tile_oc")}
@@ -131,9 +138,9 @@ def test_real_tiny_workload_end_to_end(tmp_path, monkeypatch):
     w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
     log = tmp_path / "t.log"
     lines = []
-    tune_workloads([(w, 1)], log, trials=3, progress=False, print_fn=lines.append)
+    tune_workloads([(w, 1)], log, trials=3, progress=False, print_fn=lines.append, confirm=2)
     parsed = read_records(log)
-    assert len(parsed.records) == 3 and all(r.time > 0 for r in parsed.records)
+    assert len(parsed.records) == 3 + 2 and all(r.time > 0 for r in parsed.records)
     assert len(parsed.transforms) >= 2 and all(t.time > 0 for t in parsed.transforms)
     (cands,) = layer_candidates([w], parsed, target=host_target())
     assert cands and all(c.time > 0 for c in cands)

@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="For each MODEL (default resnet-18): take the shipped tuning log (data/MODEL.log) or tune "
         "one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
         "onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
-        "and a PNG chart, and flags medians more than 5%% slower than the previous results file in OUT.",
+        "and a PNG chart, and flags medians more than 5% slower than the previous results file in OUT.",
     )
     p.add_argument("models", nargs="*", default=["resnet-18"], metavar="MODEL", help="zoo names (default resnet-18)")
     p.add_argument("--out", default="bench-results", metavar="DIR", help="results folder (default bench-results)")
