@@ -306,11 +306,15 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
     return path
 
 
-def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int = 3) -> dict[str, list[float]]:
-    """Per-call seconds of every runner, ``repeat`` calls each, in ``rounds`` interleaved rounds."""
+def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int | None = None
+                  ) -> dict[str, list[float]]:
+    """Per-call seconds of every runner, ``repeat`` calls each, in interleaved rounds of ~4 calls
+    (a shared machine's speed drifts by tens of percent within a minute: short interleaved
+    rounds make every runtime see the same drift)."""
     from kernels.timing import measure
 
     samples: dict[str, list[float]] = {k: [] for k in runners}
+    rounds = rounds or max(3, repeat // 4)
     per_round = max(1, -(-repeat // rounds))
     for _ in range(rounds):
         for k, fn in runners.items():

@@ -68,12 +68,15 @@ def _calibrate(fn: Callable[[], object], target_s: float) -> int:
 
 
 def measure(fn: Callable[[], object], *, min_repeat_ms: float = 20.0, repeat: int = 5, warmup: int = 2,
-            flush_cache: bool = False, flush_bytes: int = 64 << 20, number: int | None = None) -> Timing:
+            flush_cache: bool = False, flush_bytes: int = 64 << 20, number: int | None = None,
+            before: Callable[[], object] | None = None) -> Timing:
     """Time ``fn()`` (bind its arguments first, e.g. ``kernel.bind(...)``); see the module doc.
 
     ``number`` fixes the calls per repeat; by default it is calibrated after the
     warm-up: grown until one run of ``number`` calls lasts ``min_repeat_ms``. With ``flush_cache``
-    every call is preceded by an untimed cache flush, so ``number`` is 1.
+    every call is preceded by an untimed cache flush, so ``number`` is 1. ``before`` runs
+    untimed before each repeat (after the flush), e.g. to bring a kernel's input back into
+    cache as the layer before it would have.
     """
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
@@ -87,6 +90,8 @@ def measure(fn: Callable[[], object], *, min_repeat_ms: float = 20.0, repeat: in
     for _ in range(repeat):
         if flush_cache:
             _flush(flush_bytes)
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         for _ in range(number):
             fn()

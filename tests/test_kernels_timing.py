@@ -42,3 +42,15 @@ def test_num_threads_from_env(monkeypatch):
     if have_openmp():
         with pytest.raises(ValueError, match="GRAPH_TUNER_NUM_THREADS"):
             num_threads()
+
+
+def test_before_runs_untimed_once_per_repeat():
+    import time as _time
+
+    from kernels.timing import measure
+
+    calls = []
+    t = measure(lambda: calls.append("fn"), repeat=4, warmup=1, number=1,
+                before=lambda: (calls.append("before"), _time.sleep(0.01)))
+    assert calls == ["fn"] + ["before", "fn"] * 4
+    assert t.median_s < 0.005  # the 10 ms in `before` is not timed
