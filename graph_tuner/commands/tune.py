@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="wall time for the conv search, split evenly over the workloads left "
                         "(time one does not use passes to the next)")
     p.add_argument("--batch", type=int, default=None, metavar="N", help="batch size (default: the model's, 1 for zoo)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (summary lines only)")
     p.set_defaults(func=run)
 
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if not workloads:
         raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
     summaries = tune_workloads(workloads, args.output, trials=trials, time_budget=args.time_budget,
-                               progress=True, print_fn=print)
+                               progress=not args.no_progress, print_fn=print)
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
     return 0
