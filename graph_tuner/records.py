@@ -73,8 +73,25 @@ TVM_VERSION = "0.10.0"
 _TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": '"', "\u2019": '"'})
 
 
+class _Measured:
+    """What records and transform records share: a target and measured costs."""
+
+    target: str
+    costs: tuple[float, ...]
+
+    @property
+    def time(self) -> float:
+        """Mean measured cost in seconds."""
+        return statistics.fmean(self.costs)
+
+    @property
+    def target_kind(self) -> str:
+        """``"llvm"``, ``"cuda"``, ...: the first word of the target string."""
+        return target_kind(self.target)
+
+
 @dataclass
-class Record:
+class Record(_Measured):
     """One successful conv2d measurement from an AutoTVM log.
 
     ``entity`` maps knob name -> value as written (``[-1, inner]`` or ``[outer, inner]``
@@ -93,19 +110,10 @@ class Record:
     source: str = field(default="", compare=False)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def time(self) -> float:
-        """Mean measured cost in seconds."""
-        return statistics.fmean(self.costs)
-
-    @property
-    def target_kind(self) -> str:
-        """``"llvm"``, ``"cuda"``, ...: the first word of the target string."""
-        return target_kind(self.target)
 
 
 @dataclass
-class TransformRecord:
+class TransformRecord(_Measured):
     """A measured ``layout_transform`` of a float32 tensor ``shape`` (``src_layout`` -> ``dst_layout``)."""
 
     target: str
@@ -118,14 +126,6 @@ class TransformRecord:
     source: str = field(default="", compare=False)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def time(self) -> float:
-        """Mean measured cost in seconds."""
-        return statistics.fmean(self.costs)
-
-    @property
-    def target_kind(self) -> str:
-        return target_kind(self.target)
 
 
 @dataclass
