@@ -12,7 +12,8 @@ from graph_tuner.zoo import MODEL_NAMES, get_model
 from graph_tuner.zoo.resnet import resnet
 from kernels.workload import Conv2DWorkload
 
-SEED_LOG = Path("/work/shared/seeds/000_946052336395dd96.txt")
+# The 21 x86 record lines of ../shared/seeds/000_946052336395dd96.txt, copied unchanged.
+SEED_LOG = Path(__file__).parent / "data" / "resnet18_x86_v01_typographic.log"
 
 
 def _seed_log_workloads() -> list[Conv2DWorkload]:
@@ -20,13 +21,12 @@ def _seed_log_workloads() -> list[Conv2DWorkload]:
     text = SEED_LOG.read_text(encoding="utf-8").replace("“", '"').replace("”", '"')
     out = []
     for line in text.splitlines():
-        if line.startswith('{"i": ["llvm"'):
+        if line.startswith('{"i": ["llvm"'):  # parsed here by hand, independently of graph_tuner.records
             data, kernel, strides, padding, dilation, layout, _ = json.loads(line)["i"][2]
             out.append(Conv2DWorkload(data[1], kernel[1], strides, padding, dilation, layout=layout))
     return out
 
 
-@pytest.mark.skipif(not SEED_LOG.exists(), reason="seed log not present")
 def test_resnet18_matches_autotvm_x86_log_layer_by_layer():
     logged = _seed_log_workloads()
     ours = get_model("resnet-18").conv_workloads()
