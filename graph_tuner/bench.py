@@ -442,6 +442,13 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     regressions = find_regressions(results, prev[1]) if prev else []
     results["previous"] = str(prev[0]) if prev else None
     results["regressions"] = [str(r) + _machine_hint(r, results, prev[1]) for r in regressions]
+    try:
+        import matplotlib  # noqa: F401  (an optional extra: the chart is a convenience)
+    except ImportError:
+        results["chart"] = None
+        results.setdefault("notes", []).append("matplotlib not installed: no chart (pip install -e '.[bench]')")
+    else:
+        results["chart"] = str(path.with_suffix(".png"))
+        write_chart(results, path.with_suffix(".png"))
     atomic_write_text(path, json.dumps(results, indent=2) + "\n")
-    write_chart(results, path.with_suffix(".png"))
     return path, results

@@ -34,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
             raise GraphTunerError(f"unknown model {name!r}; bench takes zoo names: {', '.join(MODEL_NAMES)}")
     path, results = bench_models(args.models, args.out, trials=args.trials, repeat=args.repeat,
                                  progress=not args.no_progress)
-    print(f"results: {path} (chart {path.with_suffix('.png')})")
+    print(f"results: {path}" + (f" (chart {results['chart']})" if results.get("chart") else ""))
+    for note in results.get("notes", []):
+        print(f"note: {note}")
     for model, entry in results["models"].items():
         for note in entry["notes"]:
             print(f"note: {model}: {note}")
