@@ -30,8 +30,8 @@ SOLVERS = ("dp", "ilp", "pbqp")
 class GraphTuner:
     """Select one schedule per conv layer (x86) or per workload (CUDA) from tuning records.
 
-    ``model``: a zoo name, an .onnx path or a :class:`Model`. ``records``: a log path
-    or an iterable of record lines. ``target``: ``llvm ...`` (x86: graph-level layout
+    ``model``: a zoo name, an .onnx path or a :class:`Model` (``batch``: default the
+    model's own, 1 for zoo models). ``records``: a log path or an iterable of record lines. ``target``: ``llvm ...`` (x86: graph-level layout
     selection) or ``cuda ...`` (no layouts: best record per distinct workload).
     """
 
@@ -44,7 +44,7 @@ class GraphTuner:
         *,
         fallback: bool = False,
         skip_bad_lines: bool = False,
-        batch: int = 1,
+        batch: int | None = None,
     ):
         if top_k < 1:
             raise GraphTunerError(f"--top-k must be at least 1, got {top_k}")
@@ -232,7 +232,7 @@ def apply_records(
     records: str | os.PathLike | Iterable[str],
     transforms: TransformCosts | None = None,
     *,
-    batch: int = 1,
+    batch: int | None = None,
     measure: bool = True,
     progress: bool = False,
 ) -> Plan:

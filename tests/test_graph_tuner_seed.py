@@ -99,3 +99,23 @@ def test_transform_records_round_trip(tmp_path):
     assert plan.transforms  # the seed's mixed blocks force some
     for t in plan.transforms:  # the costs used are the records' (seconds -> ms)
         assert t.time_ms == pytest.approx(math.prod(t.shape) * 1e-10 * 1e3)
+
+
+def test_an_onnx_model_keeps_its_own_batch(tmp_path):
+    """An ONNX file exported at batch 2 solves at batch 2 (no --batch needed)."""
+    from graph_tuner.model import load_model
+    from graph_tuner.onnx_export import save_onnx
+    from graph_tuner.records import make_conv2d_record
+
+    m = load_model("resnet-18", batch=2)
+    path = tmp_path / "r18b2.onnx"
+    save_onnx(m, m.params(seed=0), path)
+    recs = []
+    for w in dict.fromkeys(m.conv_workloads()):
+        e = {"tile_ic": [-1, 1], "tile_oc": [-1, 16], "tile_ow": [-1, 1],
+             **({"tile_oh": 1} if w.is_1x1 else {"unroll_kw": True})}
+        recs.append(make_conv2d_record(w, e, 0, [1e-4], "llvm", timestamp=0.0))
+    gt = GraphTuner(path, recs)
+    assert gt.model.batch == 2 and all(w.batch == 2 for w in gt.workloads)
+    fill_transforms(gt)
+    assert len(gt.solve("dp").records) == 21

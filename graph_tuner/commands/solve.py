@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("v0.1", "v0.2"), help="record format to write (default: as read)")
     p.add_argument("--fallback", action="store_true", help="use a default schedule (with a warning) for layers with no record")
     p.add_argument("--skip-bad-lines", action="store_true", help="skip malformed log lines with a warning instead of failing")
-    p.add_argument("--batch", type=_positive_int, default=1, help="batch size (default 1)")
+    p.add_argument("--batch", type=_positive_int, default=None, help="batch size (default: the model's; 1 for zoo models)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
