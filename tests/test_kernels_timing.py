@@ -44,13 +44,20 @@ def test_num_threads_from_env(monkeypatch):
             num_threads()
 
 
-def test_before_runs_untimed_once_per_repeat():
-    import time as _time
+def test_before_runs_untimed_once_per_repeat(monkeypatch):
+    import kernels.timing as timing
 
-    from kernels.timing import measure
+    clock, calls = [0.0], []
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
 
-    calls = []
-    t = measure(lambda: calls.append("fn"), repeat=4, warmup=1, number=1,
-                before=lambda: (calls.append("before"), _time.sleep(0.01)))
+    def fn():
+        calls.append("fn")
+        clock[0] += 1.0  # every call "takes" 1 s
+
+    def before():
+        calls.append("before")
+        clock[0] += 100.0  # and `before` 100 s, which must not be counted
+
+    t = timing.measure(fn, repeat=4, warmup=1, number=1, before=before)
     assert calls == ["fn"] + ["before", "fn"] * 4
-    assert t.median_s < 0.005  # the 10 ms in `before` is not timed
+    assert t.results == (1.0, 1.0, 1.0, 1.0)
