@@ -2,7 +2,7 @@
 
 Each subcommand lives in ``graph_tuner/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` (called with the
-parsed arguments, returning an exit status). Heavy imports (ortools, llvmlite)
+parsed arguments, returning an exit status). Heavy imports (scipy's solvers, llvmlite)
 happen inside ``func`` so that ``--help`` stays fast.
 
 User errors (:class:`GraphTunerError`) print one line and exit with status 2.
