@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from graph_tuner.commands.solve import _positive_int
+from graph_tuner.commands import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,9 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("models", nargs="*", default=["resnet-18"], metavar="MODEL", help="zoo names (default resnet-18)")
     p.add_argument("--out", default="bench-results", metavar="DIR", help="results folder (default bench-results)")
-    p.add_argument("--trials", type=_positive_int, default=40, metavar="N",
+    p.add_argument("--trials", type=positive_int, default=40, metavar="N",
                    help="tuning trials per workload when a model has no shipped log (default 40)")
-    p.add_argument("--repeat", type=_positive_int, default=30, metavar="N", help="timed runs per runtime (default 30)")
+    p.add_argument("--repeat", type=positive_int, default=30, metavar="N", help="timed runs per runtime (default 30)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 

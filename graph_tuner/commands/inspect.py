@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+from graph_tuner.commands import positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +12,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Print each conv layer in conv order (TVM's visit order) with its "
                                           "AutoTVM workload, then the distinct workloads with their counts.")
     p.add_argument("model", metavar="MODEL", help="a zoo name (see `graph-tuner models`) or an .onnx file")
-    p.add_argument("--batch", type=_positive_int, default=None,
+    p.add_argument("--batch", type=positive_int, default=None,
                    help="batch size (default 1; an ONNX file's own batch if fixed)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=run)

@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from graph_tuner.commands.solve import _positive_int
+from graph_tuner.commands import positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -20,12 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", help="zoo name (see `graph-tuner models`) or an .onnx file")
     p.add_argument("--records", metavar="LOG", required=True, help="graph-tuned log (one record per conv layer)")
-    p.add_argument("--repeat", type=_positive_int, default=30, metavar="N", help="timed runs (default 30)")
+    p.add_argument("--repeat", type=positive_int, default=30, metavar="N", help="timed runs (default 30)")
     p.add_argument("--input", metavar="X.npy", help="input array (default: seeded random normal)")
     p.add_argument("--save-output", metavar="Y.npy", help="write the (first) output to Y.npy")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    p.add_argument("--batch", type=_positive_int, default=None, help="batch size (default: the model's; 1 for zoo)")
-    p.add_argument("--top", type=_positive_int, default=10, metavar="K", help="slowest steps listed (default 10)")
+    p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's; 1 for zoo)")
+    p.add_argument("--top", type=positive_int, default=10, metavar="K", help="slowest steps listed (default 10)")
     p.set_defaults(func=run)
 
 

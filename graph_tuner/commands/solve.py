@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from graph_tuner.commands import positive_int
 from graph_tuner.errors import GraphTunerError
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -24,26 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
     p.add_argument("--solver", choices=("dp", "ilp", "pbqp"), default="dp", help="default dp (exact; falls back to ilp if its table cap is hit)")
     p.add_argument("--time-limit", type=float, metavar="SECONDS", help="solver time limit (ilp/pbqp)")
-    p.add_argument("--top-k", type=_positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
+    p.add_argument("--top-k", type=positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
     p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
     p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
     p.add_argument("--report", metavar="R", help="also write the report as JSON to R")
     p.add_argument("--format", choices=("v0.1", "v0.2"), help="record format to write (default: as read)")
     p.add_argument("--fallback", action="store_true", help="use a default schedule (with a warning) for layers with no record")
     p.add_argument("--skip-bad-lines", action="store_true", help="skip malformed log lines with a warning instead of failing")
-    p.add_argument("--batch", type=_positive_int, default=None, help="batch size (default: the model's; 1 for zoo models)")
+    p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's; 1 for zoo models)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
-
-
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
-    return v
 
 
 def default_records(model: str) -> Path:
