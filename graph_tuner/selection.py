@@ -44,26 +44,25 @@ class SelectionProblem:
     problem: Problem
     flow: LayoutFlow
     node: dict[str, int]  # decision name -> solver node
-    conv_choices: dict[str, list]  # conv name -> its candidates (solver choice order)
-    join_choices: dict[str, list[int]]  # join name -> blocks (solver choice order)
+    choices: dict[str, list]  # conv -> its candidates, join -> its blocks (solver choice order)
     blocks: list[int]  # class id -> block size
     transform_ms: dict[TransformKey, float]
 
+    @property
+    def conv_choices(self) -> dict[str, list]:
+        return {n: cs for n, cs in self.choices.items() if self.flow.decisions[n].kind == "conv2d"}
+
+    @property
+    def join_choices(self) -> dict[str, list[int]]:
+        return {n: cs for n, cs in self.choices.items() if self.flow.decisions[n].kind != "conv2d"}
+
     def out_blocks(self, decision: str) -> list[int]:
         """Block produced by each choice of ``decision``."""
-        if decision == PLAIN:
-            return [1]
-        if decision in self.conv_choices:
-            return [c.out_block for c in self.conv_choices[decision]]
-        return self.join_choices[decision]
+        return _out_blocks(decision, self.choices)
 
     def in_blocks(self, decision: str) -> list[int]:
         """Block each choice of ``decision`` requires of its 4-d inputs."""
-        if decision == PLAIN:
-            return [1]
-        if decision in self.conv_choices:
-            return [c.in_block for c in self.conv_choices[decision]]
-        return self.join_choices[decision]
+        return _in_blocks(decision, self.choices)
 
 
 def required_transforms(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int]) -> list[TransformKey]:
@@ -150,8 +149,7 @@ def build_problem(
         problem=p,
         flow=flow,
         node=node,
-        conv_choices={n: choices[n] for n, d in flow.decisions.items() if d.kind == "conv2d"},
-        join_choices={n: choices[n] for n, d in flow.decisions.items() if d.kind not in ("conv2d", "plain")},
+        choices=choices,
         blocks=list(blocks),
         transform_ms=used,
     )
