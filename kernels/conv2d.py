@@ -45,7 +45,7 @@ from kernels.packing import pack_weight
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "pack_weight"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "pack_weight", "supported"]
 
 ACTIVATIONS = (None, "relu", "relu6")
 ARGS = ("data", "weight", "out", "bias", "residual")  # then the padded-input scratch buffer
@@ -321,6 +321,24 @@ class Conv2DKernel(Kernel):
         shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
                       bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
         super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])
+
+
+def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether :func:`build_conv2d` can build ``config`` for ``workload`` (the templates' own checks).
+
+    >>> dw = Conv2DWorkload((1, 8, 6, 6), (8, 1, 3, 3), padding=(1, 1, 1, 1), groups=8)
+    >>> supported(dw, Conv2DConfig(4, 4, 2)), supported(dw, Conv2DConfig(2, 4, 2))
+    (True, False)
+    """
+    if workload.is_depthwise and workload.out_channels == workload.in_channels:
+        from kernels.depthwise import _check as check
+    else:
+        check = _check
+    try:
+        check(workload, config, None)
+    except ValueError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=None)

@@ -46,6 +46,7 @@ import numpy as np
 
 from kernels.config import Conv2DConfig
 from kernels.config_space import ConfigSpace, conv2d_space, depthwise_conv2d_space, fallback_config
+from kernels.conv2d import supported  # the codegen's own checks: the tuner never tries what cannot build
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
@@ -127,22 +128,6 @@ def tuning_space(workload: Conv2DWorkload) -> ConfigSpace:
     ConfigSpace(tile_ic:7, tile_oc:7, tile_ow:10, tile_oh:2; len=980)
     """
     return depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload, "verbose")
-
-
-def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
-    """Whether our codegen can build ``config`` (it exposes no predicate; these are its checks).
-
-    Conv2d takes any blocks dividing the channels per group and any ``ow_bn`` (tails are
-    generated); depthwise needs ``ic_bn == oc_bn`` (``kernels.depthwise``).
-
-    >>> dw = Conv2DWorkload((1, 8, 6, 6), (8, 1, 3, 3), padding=(1, 1, 1, 1), groups=8)
-    >>> supported(dw, Conv2DConfig(4, 4, 2)), supported(dw, Conv2DConfig(2, 4, 2))
-    (True, False)
-    """
-    if workload.is_depthwise:
-        return config.ic_bn == config.oc_bn and workload.out_channels == workload.in_channels
-    icg, ocg = workload.in_channels // workload.groups, workload.out_channels // workload.groups
-    return icg % config.ic_bn == 0 and ocg % config.oc_bn == 0
 
 
 def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, float, float]:
