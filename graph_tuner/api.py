@@ -91,14 +91,10 @@ class GraphTuner:
         return self.transforms.missing(self.required_transforms())
 
     def benchmark_layout_transforms(self, progress: bool = True) -> int:
-        """Measure the missing transforms on this machine (cached on disk per CPU)."""
-        from kernels.transform_bench import measure_transforms
-
-        missing = self.missing_transforms()
-        measured = measure_transforms(missing, progress=progress)
-        for (shape, a, b), secs in measured.items():
-            self.transforms.add(shape, a, b, secs)
-        return len(measured)
+        """Fill the missing transform costs from this CPU's cache or by measuring them here."""
+        before = len(self.missing_transforms())
+        self.transforms.fill(self.required_transforms(), progress=progress)
+        return before - len(self.missing_transforms())
 
     def load_transform_records(self, source) -> int:
         """Read AutoTVM ``layout_transform`` records (a path or an already-read log)."""
@@ -272,7 +268,7 @@ def apply_records(
     # Joins may also pick the SIMD width's block, as TVM's AlterOpLayout would.
     blocks = sorted(set(blocks) | {_simd_lanes()})
     needed = required_transforms(flow, chosen, blocks)
-    _fill_transform_costs(costs, needed, measure=measure, progress=progress)
+    costs.fill(needed, measure=measure, estimate=not measure, progress=progress)
     sp = build_problem(flow, chosen, costs.seconds, blocks)
     from solvers import solve
 
@@ -293,22 +289,6 @@ def apply_records(
         solve_seconds=time.perf_counter() - t0,
         records=[lc.candidate.record for lc in layers],
     )
-
-
-def _fill_transform_costs(costs: TransformCosts, keys: list, *, measure: bool, progress: bool) -> None:
-    missing = costs.missing(keys)
-    if not missing:
-        return
-    from kernels.transform_bench import load_cached, measure_transforms
-
-    for (shape, a, b), secs in load_cached(missing).items():
-        costs.add(shape, a, b, secs)
-    missing = costs.missing(keys)
-    if missing and measure:
-        for (shape, a, b), secs in measure_transforms(missing, progress=progress).items():
-            costs.add(shape, a, b, secs)
-    elif missing:
-        costs.estimate_missing(keys)
 
 
 def _blocks_of(t) -> tuple[int, int]:

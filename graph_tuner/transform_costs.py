@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -100,6 +100,27 @@ class TransformCosts:
             self.seconds[k] = max(coef[0] + coef[1] * math.prod(k[0]), 0.0)
             self.estimated.add(k)
         return EstimateReport(len(missing), len(known), float(np.median(errs)), float(np.max(errs)), coef)
+
+    def fill(self, keys: Iterable[Key], *, cache: bool = True, measure: bool = True, estimate: bool = False,
+             progress: bool = True, say: Callable[[str], object] = lambda s: None) -> None:
+        """Fill the missing ``keys``: from this CPU's on-disk cache (``cache``), then the
+        per-element estimate (``estimate``; its fit is reported through ``say``), then by
+        measuring here (``measure``; the results are cached). Whatever is left stays missing."""
+        keys = list(keys)
+        if cache and self.missing(keys):
+            from kernels.transform_bench import load_cached
+
+            for (shape, a, b), secs in load_cached(self.missing(keys)).items():
+                self.add(shape, a, b, secs)
+        if estimate and self.missing(keys):
+            say(str(self.estimate_missing(keys)))
+        missing = self.missing(keys)
+        if measure and missing:
+            from kernels.transform_bench import measure_transforms
+
+            say(f"measuring {len(missing)} layout transforms on this machine (cached for next time)")
+            for (shape, a, b), secs in measure_transforms(missing, progress=progress).items():
+                self.add(shape, a, b, secs)
 
     def describe(self, key: Key) -> str:
         shape, a, b = key

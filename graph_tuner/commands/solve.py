@@ -80,23 +80,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _transform_costs(gt, args) -> None:
+    """Log's own transform records, then --transform-records F; without F, this CPU's cache
+    and measuring; --estimate-transforms fills the rest from the known ones."""
     if args.transform_records:
         if not Path(args.transform_records).exists():
             raise GraphTunerError(f"{args.transform_records}: no such file")
         n = gt.load_transform_records(args.transform_records)
         print(f"read {n} layout-transform records from {args.transform_records}")
-    else:
-        from kernels.transform_bench import load_cached
-
-        for (shape, a, b), secs in load_cached(gt.missing_transforms()).items():
-            gt.transforms.add(shape, a, b, secs)
-    if gt.missing_transforms() and args.estimate_transforms:
-        print(gt.estimate_transforms())
+    own = not args.transform_records
+    gt.transforms.fill(gt.required_transforms(), cache=own, measure=own, estimate=args.estimate_transforms,
+                       progress=not args.no_progress, say=print)
     missing = gt.missing_transforms()
-    if missing and not args.transform_records:
-        print(f"measuring {len(missing)} layout transforms on this machine (cached for next time)")
-        gt.benchmark_layout_transforms(progress=not args.no_progress)
-        missing = gt.missing_transforms()
     if missing:
         raise GraphTunerError(
             f"{len(missing)} layout transform cost(s) missing from {args.transform_records}, e.g. "
