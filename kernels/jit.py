@@ -36,6 +36,7 @@ class HostCPU:
     name: str
     features: str
     lanes: int  # float32 lanes of the widest usable vector register
+    l2_bytes: int = 1 << 20  # per-core L2 size (sysfs; 1 MiB where unknown)
 
     def has(self, feature: str) -> bool:
         return f"+{feature}" in self.features.split(",")
@@ -55,7 +56,28 @@ def host_cpu() -> HostCPU:
     features = llvm.get_host_cpu_features().flatten()
     on = set(f[1:] for f in features.split(",") if f.startswith("+"))
     lanes = 16 if "avx512f" in on else 8 if "avx" in on else 4
-    return HostCPU(llvm.get_host_cpu_name(), features, lanes)
+    return HostCPU(llvm.get_host_cpu_name(), features, lanes, _l2_bytes())
+
+
+def _l2_bytes(default: int = 1 << 20) -> int:
+    """Per-core L2 cache size from Linux sysfs (``default`` elsewhere)."""
+    import glob
+
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/"):
+        try:
+            with open(path + "level") as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(path + "size") as f:
+                size = f.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+        try:
+            return int(size.rstrip("KM")) * scale
+        except ValueError:
+            return default
+    return default
 
 
 @functools.lru_cache(maxsize=None)
@@ -270,7 +292,7 @@ class Kernel:
         packed = (ctypes.c_void_p * len(addresses))(*addresses)
         fn, n, address = self._fn, nthreads or threads.num_threads(), ctypes.addressof(packed)
 
-        def run(_keep=(arrays, packed)):
+        def run(_keep=(self, arrays, packed)):  # self: the scratch buffers' addresses are in packed
             fn(address, n)
 
         return run

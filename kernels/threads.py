@@ -85,11 +85,14 @@ def num_threads() -> int:
 _LOOP_MD = "!{0} = distinct !{{!{0}, !{1}}}\n!{1} = !{{!\"llvm.loop.unroll.disable\"}}\n"
 
 
-def parallel_entry_ir(kernel: str, phases: list[tuple[str, int]], *, md_base: int = 1_000_000_000) -> str:
+def parallel_entry_ir(kernel: str, phases: list[tuple], *, md_base: int = 1_000_000_000) -> str:
     """IR text of ``void @kernel(ptr %args, i32 %nthreads)`` running ``phases`` in order.
 
     ``phases`` is ``[(body_function_name, total_items), ...]``; the bodies are defined
-    elsewhere in the same module as ``void @body(ptr, i64)``. Metadata ids from
+    elsewhere in the same module as ``void @body(ptr, i64)``. A phase given as
+    ``(body, total, True)`` has a body ``void @body(ptr, i64 item, i64 next)`` told the
+    item its thread runs next (-1 when none), so it can prefetch for it: threads then claim
+    their next chunk before running the last item of the current one. Metadata ids from
     ``md_base`` upwards are used (two per phase).
 
     Threads claim chunks of about ``total / (8 * nthreads)`` items from a shared atomic
@@ -100,14 +103,34 @@ def parallel_entry_ir(kernel: str, phases: list[tuple[str, int]], *, md_base: in
     out = []
     if omp:
         out.append("declare void @GOMP_parallel(ptr, ptr, i32, i32)\n")
-    for p, (body, total) in enumerate(phases):
+    for p, (body, total, *flags) in enumerate(phases):
         md = md_base + 2 * p
+        head = (f"define internal void @{kernel}_phase{p}(ptr %ctx) nounwind {{\nentry:\n"
+                f"  %args = load ptr, ptr %ctx, align 8\n"
+                f"  %counter = getelementptr inbounds i8, ptr %ctx, i64 8\n"
+                f"  %chunk_p = getelementptr inbounds i8, ptr %ctx, i64 16\n"
+                f"  %chunk = load i64, ptr %chunk_p, align 8\n")
+        if flags and flags[0]:
+            # Claim ahead: [start, end) is ours; items start..end-2 know their successor,
+            # the last one learns it from the next claim.
+            out.append(
+                head + f"  %s0 = atomicrmw add ptr %counter, i64 %chunk monotonic, align 8\n"
+                f"  %h0 = icmp slt i64 %s0, {total}\n  br i1 %h0, label %pre, label %done\n"
+                f"pre:\n  %start = phi i64 [%s0, %entry], [%s1, %tail]\n  %e0 = add i64 %start, %chunk\n"
+                f"  %lt = icmp slt i64 %e0, {total}\n  %end = select i1 %lt, i64 %e0, i64 {total}\n"
+                f"  %lastitem = add i64 %end, -1\n  %any = icmp slt i64 %start, %lastitem\n"
+                f"  br i1 %any, label %loop, label %tail\n"
+                f"loop:\n  %i = phi i64 [%start, %pre], [%next, %loop]\n  %next = add i64 %i, 1\n"
+                f"  call void @{body}(ptr %args, i64 %i, i64 %next)\n"
+                f"  %more = icmp slt i64 %next, %lastitem\n  br i1 %more, label %loop, label %tail, !llvm.loop !{md}\n"
+                f"tail:\n  %s1 = atomicrmw add ptr %counter, i64 %chunk monotonic, align 8\n"
+                f"  %h1 = icmp slt i64 %s1, {total}\n  %nx = select i1 %h1, i64 %s1, i64 -1\n"
+                f"  call void @{body}(ptr %args, i64 %lastitem, i64 %nx)\n"
+                f"  br i1 %h1, label %pre, label %done\n"
+                f"done:\n  ret void\n}}\n" + _LOOP_MD.format(md, md + 1))
+            continue
         out.append(
-            f"define internal void @{kernel}_phase{p}(ptr %ctx) nounwind {{\nentry:\n"
-            f"  %args = load ptr, ptr %ctx, align 8\n"
-            f"  %counter = getelementptr inbounds i8, ptr %ctx, i64 8\n"
-            f"  %chunk_p = getelementptr inbounds i8, ptr %ctx, i64 16\n"
-            f"  %chunk = load i64, ptr %chunk_p, align 8\n  br label %claim\n"
+            head + f"  br label %claim\n"
             f"claim:\n  %start = atomicrmw add ptr %counter, i64 %chunk monotonic, align 8\n"
             f"  %has = icmp slt i64 %start, {total}\n  br i1 %has, label %pre, label %done\n"
             f"pre:\n  %e0 = add i64 %start, %chunk\n  %lt = icmp slt i64 %e0, {total}\n"
@@ -120,7 +143,7 @@ def parallel_entry_ir(kernel: str, phases: list[tuple[str, int]], *, md_base: in
              "  %counter = getelementptr inbounds i8, ptr %ctx, i64 8",
              "  %chunk_p = getelementptr inbounds i8, ptr %ctx, i64 16",
              "  %nt = sext i32 %nthreads to i64", "  %parts = mul i64 %nt, 8"]
-    for p, (_, total) in enumerate(phases):
+    for p, (_, total, *_flags) in enumerate(phases):
         lines += ["  store i64 0, ptr %counter, align 8"]
         if omp:
             lines += [f"  %c{p} = sdiv i64 {total}, %parts", f"  %small{p} = icmp slt i64 %c{p}, 1",

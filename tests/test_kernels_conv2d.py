@@ -153,3 +153,45 @@ def test_vector_width_from_host_cpu():
     ir = conv2d_ir(*CASES[0])
     assert f"@llvm.fma.v{lanes}f32" in ir
     assert host_cpu().has("avx512f") == (lanes == 16)
+
+
+@pytest.mark.parametrize("rows,oh_bn,per_step", [(3, 1, 0), (4, 2, 0), (2, 2, 3), (5, 1, 1)])
+def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_step):
+    """Items of several rows (the last one shorter, register tiles of ``oh_bn`` rows with a
+    tail), with and without the next-block weight prefetch, over several threads."""
+    import kernels.conv2d as conv
+
+    monkeypatch.setattr(conv, "rows_per_item", lambda planes, r, tile, threads=None: rows)
+    monkeypatch.setattr(conv, "prefetch_per_step", lambda nbytes, steps, l2_bytes=None: per_step)
+    wl = Conv2DWorkload((2, 8, 7, 6), (12, 8, 3, 3), padding=(1, 0, 1, 2), strides=(1, 1))
+    cfg = Conv2DConfig(ic_bn=4, oc_bn=4, ow_bn=4, unroll_kw=rows % 2 == 1, oh_bn=oh_bn)
+    ir = conv2d_ir(wl, cfg)
+    assert ir.count("call void @llvm.prefetch") > 0 if per_step else "call void @llvm.prefetch" not in ir
+    conv.build_conv2d.cache_clear()  # kernels built under other settings must not be reused
+    try:
+        for n in (1, 3):
+            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
+    finally:
+        conv.build_conv2d.cache_clear()
+
+
+def test_bound_call_keeps_its_kernel_and_scratch_alive():
+    """The bound call holds the scratch buffer's address, so it must keep the kernel alive
+    (an unreferenced padded kernel used to be collected: a use-after-free)."""
+    import gc
+    import weakref
+
+    from kernels.conv2d import Conv2DKernel
+
+    wl = Conv2DWorkload((1, 8, 6, 6), (8, 8, 3, 3), padding=(1, 1, 1, 1))
+    kernel = Conv2DKernel(wl, Conv2DConfig(4, 4, 3), False, False, None)
+    x = np.ones(kernel.input_shape, np.float32)
+    w = np.ones(kernel.weight_shape, np.float32)
+    out = np.zeros(kernel.output_shape, np.float32)
+    run = kernel.bind(x, w, out)
+    alive = weakref.ref(kernel)
+    del kernel
+    gc.collect()
+    assert alive() is not None
+    run()
+    assert out[0, 0, 1, 1, 0] == 72.0 and out[0, 0, 0, 0, 0] == 32.0  # interior 8x9 ones, corner 8x4
