@@ -5,17 +5,23 @@ output rows ``(n, oc_chunk, rows)`` spread over the threads; each row is cut int
 register tiles of ``oh_bn x ow_bn`` output pixels by ``oc_bn`` output channels held
 in explicit ``<lanes x float>`` accumulators updated with ``llvm.fma``. The reduction
 runs ``ic_chunk, kh, (ic_block, kw unrolled | kw, ic_block)`` as AutoTVM's
-``unroll_kw`` knob says. Items hold about ``1/(8 * threads)`` of the rows, and a
-thread knows the item it runs next: when that one starts another ``oc_chunk``, its
-weights are prefetched into L2 a line or two per reduction step meanwhile. In a
-network every layer's weights come from memory, and without this the first row of
-each ``oc_chunk`` waited for them (ResNet-18 end to end: 2-6% faster with it). Padding: the input is first copied (in parallel) into a
-zero-bordered scratch buffer owned by the kernel, so the hot loop has no bounds
-checks; the copy measured ~1-3% of a ResNet-18 layer. Any block sizes dividing the
-channels (per group) work; ``ow_bn``/``oh_bn`` need not divide the output (a
-narrower tail tile is generated). Grouped convs use the same template with the
-reduction restricted to the output block's group (blocks must divide the channels
-per group); depthwise convs have their own template in :mod:`kernels.depthwise`.
+``unroll_kw`` knob says. Any block sizes dividing the channels (per group) work;
+``ow_bn``/``oh_bn`` need not divide the output (a narrower tail tile is generated).
+Grouped convs use the same template with the reduction restricted to the output
+block's group (blocks must divide the channels per group); depthwise convs have
+their own template in :mod:`kernels.depthwise`.
+
+Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
+item it runs next; when that one starts another ``oc_chunk``, its weights are
+prefetched into L2, a line or two per reduction step. In a network every layer's
+weights come from memory, and without this the first row of each ``oc_chunk``
+waited for them (ResNet-18 end to end: 2-6% faster with it).
+
+Padding: one-row register tiles read the unpadded input; each row's ``kh`` loop is
+bounded to the taps inside the input, and the tiles at the left and right edges are
+compiled without the taps that fall in the padding, so the hot loop has no checks.
+A zero-bordered copy of the input, made first in its own parallel pass, cost 2-17%
+of ResNet-18's layers; it remains only for ``oh_bn > 1``.
 
 Epilogue, fused into the tile store: ``+ bias[oc]``, ``+ residual`` (a tensor in
 the output layout), then ``relu`` or ``relu6`` (clip to [0, 6]).
@@ -89,6 +95,18 @@ def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None)
         return 0
     lines = -(-slice_bytes // 64)
     return -(-lines // steps)
+
+
+def pads_by_copy(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether the kernel copies its input into a zero-bordered scratch first. Register
+    tiles of one row skip the padding's taps instead (no copy, no extra pass over the
+    input); taller tiles (``oh_bn > 1``, AutoTVM's 1x1 template) keep the copy.
+
+    >>> wl = Conv2DWorkload((1, 8, 6, 6), (8, 8, 3, 3), padding=(1, 1, 1, 1))
+    >>> pads_by_copy(wl, Conv2DConfig(4, 4, 3)), pads_by_copy(wl, Conv2DConfig(4, 4, 3, oh_bn=2))
+    (False, True)
+    """
+    return any(workload.padding) and min(config.oh_bn, workload.out_height) > 1
 
 
 def vector_chunks(width: int, lanes: int) -> list[tuple[int, int]]:
@@ -219,7 +237,11 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     dh, dw = workload.dilation
     top, left, bottom, right = workload.padding
     padded = any(workload.padding)
-    Hp, Wp = H + top + bottom, W + left + right
+    copy_pad = pads_by_copy(workload, config)
+    # Input strides and origin: the zero-bordered scratch copy, or the input itself with
+    # out-of-range taps skipped (kh bounds per row, edge tiles compiled without them).
+    Hs, Ws = (H + top + bottom, W + left + right) if copy_pad or not padded else (H, W)
+    origin = 0 if copy_pad else -(top * W + left) * config.ic_bn
     icb, ocb = config.ic_bn, config.oc_bn
     ICB, OCB, ICgB = IC // icb, OC // ocb, ICg // icb
     OCg = OC // workload.groups
@@ -242,7 +264,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         prefetching lines of the weight slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``."""
         f = IRFunction(f"define internal void @{name}_rows{R}(ptr %args, i64 %n, i64 %ob, i64 %oh0, ptr %pf, "
                        f"i64 %j0) nounwind", md_base=1000 * R)
-        data = arg_ptr(f, SCRATCH_ARG if padded else 0)
+        data = arg_ptr(f, SCRATCH_ARG if copy_pad else 0)
         weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
         bias_p = arg_ptr(f, 3) if bias else None
         res_p = arg_ptr(f, 4) if residual else None
@@ -252,8 +274,20 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         else:
             icb_start = "0"
         slots = {}
+        if padded and not copy_pad and (top or bottom):
+            # Taps kh with 0 <= oh0*sh + kh*dh - top < H (R is 1 here).
+            a = f.op(f"sub nsw i64 {top}, {f.mul('%oh0', sh)}")
+            lo = f.op(f"sdiv i64 {f.add(a, dh - 1)}, {dh}") if dh > 1 else a
+            kh_lo = f.op(f"select i1 {f.op(f'icmp sgt i64 {a}, 0')}, i64 {lo}, i64 0")
+            b = f.op(f"sub nsw i64 {H - 1 + top}, {f.mul('%oh0', sh)}")
+            hi = f.add(f.op(f"sdiv i64 {b}, {dh}") if dh > 1 else b, 1)
+            hi = f.op(f"select i1 {f.op(f'icmp slt i64 {hi}, {KH}')}, i64 {hi}, i64 {KH}")
+            kh_hi = f.op(f"select i1 {f.op(f'icmp slt i64 {b}, 0')}, i64 0, i64 {hi}")
+        else:
+            kh_lo, kh_hi = 0, KH
 
-        def tile(T: int, ow0: str, tidx) -> None:
+        def tile(T: int, ow0: str, tidx, edge: int | None = None) -> None:
+            """``edge``: this tile's static first column when some of its taps fall in the padding."""
             acc = {}
             for r in range(R):
                 for t in range(T):
@@ -273,6 +307,9 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 f.store(vty(chunks[c][1]), init[c], s)
 
             def inner(icg: str, kh: str, kw, ic: str) -> None:
+                taps = [t for t in range(T) if edge is None or 0 <= (edge + t) * sw + kw * dw - left < W]
+                if not taps:
+                    return
                 cb = f.op(f"add nsw i64 {icb_start}, {icg}") if icb_start != "0" else icg
                 if pf_per_step and (kw == 0 or isinstance(kw, str)):
                     # One step = one trip of the innermost loop: prefetch its share of the next slice.
@@ -292,11 +329,11 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase)) for off, w in chunks]
                 kwv = [(kw, dw * icb)] if isinstance(kw, str) else []
                 kwc = kw * dw * icb if isinstance(kw, int) else 0
-                dbase = f.affine(("%n", ICB * Hp * Wp * icb), (cb, Hp * Wp * icb), ("%oh0", sh * Wp * icb),
-                                 (kh, dh * Wp * icb), (ow0, sw * icb), *kwv, (ic, 1), const=kwc)
+                dbase = f.affine(("%n", ICB * Hs * Ws * icb), (cb, Hs * Ws * icb), ("%oh0", sh * Ws * icb),
+                                 (kh, dh * Ws * icb), (ow0, sw * icb), *kwv, (ic, 1), const=kwc + origin)
                 for r in range(R):
-                    for t in range(T):
-                        x = f.load("float", f.gep(data, f.add(dbase, r * sh * Wp * icb + t * sw * icb)))
+                    for t in taps:
+                        x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
                         xs = {}
                         for c, (off, w) in enumerate(chunks):
                             if w not in xs:
@@ -306,8 +343,8 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                             f.store(vty(w), new, s)
 
             with maybe_loop(f, ICgB) as icg:
-                with maybe_loop(f, KH) as kh:
-                    if config.unroll_kw:
+                with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:
+                    if config.unroll_kw or edge is not None:  # edge tiles: kw static, to drop taps
                         with maybe_loop(f, icb) as ic:
                             for kw in range(KW):
                                 inner(icg, kh, kw, ic)
@@ -324,13 +361,22 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 value = epilogue(f, intr, f.load(vty(w), s), w, rp, activation)
                 f.store(vty(w), value, f.gep(out, idx))
 
-        if OW // T == 1:
-            tile(T, "0", "0")
-        elif OW // T > 1:
-            with f.loop(OW // T) as tw:
+        def inside(ow0: int, width: int) -> bool:
+            return copy_pad or (ow0 * sw >= left and (ow0 + width - 1) * sw + (KW - 1) * dw - left < W)
+
+        full = OW // T
+        middle = [i for i in range(full) if inside(i * T, T)]  # contiguous
+        lo, hi = (middle[0], middle[-1] + 1) if middle else (full, full)
+        for i in [*range(lo), *range(hi, full)]:
+            tile(T, str(i * T), str(i), edge=i * T)
+        if hi - lo == 1:
+            tile(T, str(lo * T), str(lo))
+        elif hi - lo > 1:
+            with f.loop(hi, start=lo) as tw:
                 tile(T, f.mul(tw, T), tw)
         if OW % T:
-            tile(OW % T, str(OW - OW % T), str(OW // T))
+            ow0 = full * T
+            tile(OW % T, str(ow0), str(full), edge=None if inside(ow0, OW % T) else ow0)
         f.emit("ret void")
         return f.text()
 
@@ -379,7 +425,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     functions.append(f.text())
 
     phases = []
-    if padded:
+    if copy_pad:
         functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, ICB, H, W, icb, workload.padding))
         phases.append((f"{name}_pad", N * ICB * H))
     phases.append((f"{name}_item", N * OCB * NB, True))
@@ -402,7 +448,8 @@ class Conv2DKernel(Kernel):
         self.bias_shape = (OC,)
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation)
         t, l, b, r = workload.padding
-        scratch = [np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)] if any(workload.padding) else []
+        scratch = ([np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
+                   if pads_by_copy(workload, config) else [])
         shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
                       bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
         super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])

@@ -195,3 +195,20 @@ def test_bound_call_keeps_its_kernel_and_scratch_alive():
     assert alive() is not None
     run()
     assert out[0, 0, 1, 1, 0] == 72.0 and out[0, 0, 0, 0, 0] == 32.0  # interior 8x9 ones, corner 8x4
+
+
+@pytest.mark.parametrize("padding,strides,dilation,ow_bn,unroll", [
+    ((3, 3, 3, 3), (1, 1), (1, 1), 2, False),  # rows and columns with no tap at all
+    ((2, 1, 0, 3), (2, 2), (2, 1), 3, True),  # asymmetric, strided, dilated rows
+    ((1, 2, 1, 2), (1, 1), (1, 2), 16, False),  # one tile wider than the row: all edge
+    ((0, 4, 0, 0), (1, 3), (1, 1), 1, True),  # left padding only, one-column tiles
+])
+def test_padding_skipped_in_kernel(padding, strides, dilation, ow_bn, unroll):
+    """Row tiles read the unpadded input and skip the taps that fall in the padding."""
+    from kernels.conv2d import pads_by_copy
+
+    wl = Conv2DWorkload((1, 4, 5, 7), (4, 4, 3, 3), padding=padding, strides=strides, dilation=dilation)
+    cfg = Conv2DConfig(ic_bn=2, oc_bn=4, ow_bn=ow_bn, unroll_kw=unroll)
+    assert not pads_by_copy(wl, cfg) and "memcpy" not in conv2d_ir(wl, cfg)
+    for n in (1, 2):
+        run_and_compare(wl, cfg, bias=True, residual=True, activation="relu6", nthreads=n)
