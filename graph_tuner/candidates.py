@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.records import X86_TASKS, Record, RecordLog, target_kind
+from graph_tuner.records import X86_TASKS, Record, RecordLog, target_kind, with_costs
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config, fallback_config  # noqa: F401 (re-exported)
 from kernels.workload import Conv2DWorkload
@@ -132,8 +132,10 @@ def layer_candidates(
         runs.setdefault(ident, []).append(rec)
     by_workload: dict[Conv2DWorkload, dict[tuple[int, int], Candidate]] = {}
     for (key, _, _), recs in runs.items():
-        rec = recs[-1]
-        time = sum(r.time for r in recs) / len(recs)
+        # The record written for this config carries one cost per measurement, so that a
+        # plan read back (``apply_records``) costs the layer as the solver did.
+        rec = recs[-1] if len(recs) == 1 else with_costs(recs[-1], [r.time for r in recs])
+        time = rec.time
         config = entity_config(rec.entity)
         if rec.workload.is_depthwise and config.ic_bn != config.oc_bn:
             continue  # see module docstring

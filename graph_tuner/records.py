@@ -37,6 +37,8 @@ True
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -393,6 +395,23 @@ def to_v02(obj: Mapping, tvm_version: str = TVM_VERSION) -> dict:
         "version": 0.2,
         "tvm_version": tvm_version,
     }
+
+
+def with_costs(rec: Record, costs: Sequence[float]) -> Record:
+    """A copy of ``rec`` whose measured costs (parsed and as written) are ``costs``.
+
+    >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
+    >>> d = make_conv2d_record(w, {"tile_ic": [-1, 8], "tile_oc": [-1, 8], "tile_ow": [-1, 4]}, 0, [0.5], "llvm")
+    >>> r = read_records([d]).records[0]
+    >>> m = with_costs(r, [0.25, 0.75])
+    >>> m.time, json.loads(format_record(m))["result"][0], r.costs
+    (0.5, [0.25, 0.75], (0.5,))
+    """
+    raw = copy.deepcopy(rec.raw)
+    result = raw.get("r") if "r" in raw else raw.get("result")
+    if result is not None:
+        result[0] = [float(c) for c in costs]
+    return dataclasses.replace(rec, costs=tuple(float(c) for c in costs), raw=raw)
 
 
 def format_record(rec: Record | TransformRecord | Mapping, version: Any = None) -> str:

@@ -58,7 +58,9 @@ from kernels.workload import Conv2DWorkload
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "pack_weight", "supported"]
 
 ACTIVATIONS = (None, "relu", "relu6")
-ARGS = ("data", "weight", "out", "bias", "residual")  # then the padded-input scratch buffer
+BASE_ARGS = ("data", "weight", "out", "bias", "residual")
+# conv2d also takes the affine second output (see conv2d_ir); then the padded-input scratch
+ARGS = (*BASE_ARGS, "out2", "scale2", "shift2")
 SCRATCH_ARG = len(ARGS)
 
 
@@ -188,7 +190,8 @@ def epilogue(f: IRFunction, intr: IntrinsicSet, value: str, w: int, residual_ptr
     return value
 
 
-def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int]) -> str:
+def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int],
+                scratch_arg: int = SCRATCH_ARG) -> str:
     """``void @name(ptr args, i64 row)``: copy one input row into the zero-bordered scratch.
 
     Items are ``n * cb * h`` rows of ``NCHW[block]c`` data; the scratch has shape
@@ -197,7 +200,7 @@ def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tup
     top, left, bottom, right = pad
     hp, wp = h + top + bottom, w + left + right
     f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind")
-    src, dst = arg_ptr(f, 0), arg_ptr(f, SCRATCH_ARG)
+    src, dst = arg_ptr(f, 0), arg_ptr(f, scratch_arg)
     plane, row = f.op(f"udiv i64 %item, {h}"), f.op(f"urem i64 %item, {h}")
     s = f.gep(src, f.mul("%item", w * block))
     d = f.gep(dst, f.affine((plane, hp * wp * block), (row, wp * block), const=(top * wp + left) * block))
@@ -226,9 +229,17 @@ def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
 
 
 def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
-              activation: str | None = None, name: str = "conv2d", lanes: int | None = None) -> str:
-    """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args: data, weight, out, bias, residual, scratch)."""
+              activation: str | None = None, name: str = "conv2d", lanes: int | None = None,
+              affine_out: bool = False, affine_activation: str | None = None) -> str:
+    """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then the scratch).
+
+    ``affine_out``: the epilogue also writes ``out2 = act2(out * scale2[oc] + shift2[oc])``
+    (``act2`` = ``affine_activation``), e.g. the batch norm + relu that a pre-activation
+    ResNet applies to a residual sum that is itself needed too: one pass instead of two.
+    """
     _check(workload, config, activation)
+    if affine_activation not in ACTIVATIONS:
+        raise ValueError(f"affine_activation must be one of {ACTIVATIONS}, got {affine_activation!r}")
     lanes = lanes or host_cpu().lanes
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
@@ -268,6 +279,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
         bias_p = arg_ptr(f, 3) if bias else None
         res_p = arg_ptr(f, 4) if residual else None
+        out2, scale2, shift2 = (arg_ptr(f, i) for i in (5, 6, 7)) if affine_out else (None, None, None)
         if workload.groups > 1:
             group = f.op(f"udiv i64 {f.mul('%ob', ocb)}, {OCg}")
             icb_start = f.mul(group, ICgB)
@@ -354,12 +366,20 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                                 inner(icg, kh, kw, ic)
 
             obase = f.affine(("%n", OCB * OH * OW * ocb), ("%ob", OH * OW * ocb), ("%oh0", OW * ocb), (ow0, ocb))
+            affine = {}
+            if affine_out:
+                for c, (off, w) in enumerate(chunks):
+                    at = f.affine(("%ob", ocb), const=off)
+                    affine[c] = (f.load(vty(w), f.gep(scale2, at)), f.load(vty(w), f.gep(shift2, at)))
             for (r, t, c), s in acc.items():
                 off, w = chunks[c]
                 idx = f.add(obase, (r * OW + t) * ocb + off)
                 rp = f.gep(res_p, idx) if res_p is not None else None
                 value = epilogue(f, intr, f.load(vty(w), s), w, rp, activation)
                 f.store(vty(w), value, f.gep(out, idx))
+                if affine_out:
+                    second = intr.call(f, "fma", w, value, *affine[c])
+                    f.store(vty(w), epilogue(f, intr, second, w, None, affine_activation), f.gep(out2, idx))
 
         def inside(ow0: int, width: int) -> bool:
             return copy_pad or (ow0 * sw >= left and (ow0 + width - 1) * sw + (KW - 1) * dw - left < W)
@@ -436,7 +456,7 @@ class Conv2DKernel(Kernel):
     """A compiled NCHWc conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
 
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
-                 activation: str | None):
+                 activation: str | None, affine_out: bool = False, affine_activation: str | None = None):
         N, IC, H, W = workload.data_shape
         OC, ICg, KH, KW = workload.kernel_shape
         OH, OW = workload.out_height, workload.out_width
@@ -446,12 +466,15 @@ class Conv2DKernel(Kernel):
         self.weight_shape = (OC // ocb, ICg // icb, KH, KW, icb, ocb)
         self.output_shape = (N, OC // ocb, OH, OW, ocb)
         self.bias_shape = (OC,)
-        ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation)
+        ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
+                       affine_out=affine_out, affine_activation=affine_activation)
         t, l, b, r = workload.padding
         scratch = ([np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
                    if pads_by_copy(workload, config) else [])
         shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
-                      bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
+                      bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None,
+                      out2=self.output_shape if affine_out else None, scale2=self.bias_shape if affine_out else None,
+                      shift2=self.bias_shape if affine_out else None)
         super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])
 
 
@@ -475,13 +498,17 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
-                 activation: str | None = None) -> Conv2DKernel:
+                 activation: str | None = None, affine_out: bool = False,
+                 affine_activation: str | None = None) -> Conv2DKernel:
     """Generate, compile and cache the conv2d kernel for a workload, schedule and epilogue.
 
-    Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`.
+    Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
+    (which has no affine second output).
     """
     if workload.is_depthwise and workload.out_channels == workload.in_channels:
         from kernels.depthwise import build_depthwise
 
+        if affine_out:
+            raise ValueError("depthwise kernels have no affine second output")
         return build_depthwise(workload, config, bias=bias, residual=residual, activation=activation)
-    return Conv2DKernel(workload, config, bias, residual, activation)
+    return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation)

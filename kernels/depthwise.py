@@ -24,13 +24,15 @@ import functools
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.conv2d import (ACTIVATIONS, MEMCPY_DECL, SCRATCH_ARG, IntrinsicSet, arg_ptr, decompose, epilogue,
+from kernels.conv2d import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue,
                             maybe_loop, pad_copy_ir, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
+
+SCRATCH_ARG = len(BASE_ARGS)  # data, weight, out, bias, residual, then the padded-input scratch
 
 
 def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
@@ -121,7 +123,7 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     functions = [f.text()]
     phases = []
     if padded:
-        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, CB, H, W, bn, workload.padding))
+        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, CB, H, W, bn, workload.padding, SCRATCH_ARG))
         phases.append((f"{name}_pad", N * CB * H))
     phases.append((f"{name}_item", N * CB * OH))
     return "".join(functions) + intr.declarations() + parallel_entry_ir(name, phases)

@@ -113,3 +113,43 @@ def test_errors_are_one_line_exit_2(files, tmp_path):
         assert p.returncode == 2, (expected, p.stderr)
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert expected in p.stderr, p.stderr
+
+
+def test_plan_read_back_costs_what_the_solver_planned(tmp_path, monkeypatch):
+    """A config measured several times is planned at its mean; the record written for it
+    carries one cost per measurement, so ``apply_records`` (what ``run`` predicts from)
+    gives the same kernel time, not that of the last measurement alone."""
+    from graph_tuner.api import GraphTuner, apply_records
+    from graph_tuner.records import read_records
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    m = _model()
+    log = _write_log(m, tmp_path / "t.log")
+    entity = {"tile_ic": [-1, 8], "tile_oc": [-1, 16], "tile_ow": [-1, 5], "unroll_kw": True}
+    again = make_conv2d_record(m.workload(m.convs()[0]), entity, 0, [3e-4], TARGET, timestamp=0.0)
+    with open(log, "a") as f:  # conv 0's config re-timed: mean of 1e-4 and 3e-4
+        f.write(json.dumps(again) + "\n")
+    plan = GraphTuner(m, log).solve()
+    assert plan.layers[0].time_ms == pytest.approx(0.2)
+    out = tmp_path / "t.opt.log"
+    plan.write_records(out)
+    assert read_records(out).records[0].costs == pytest.approx((1e-4, 3e-4))
+    back = apply_records(m, [out.read_text(), *[line for line in log.read_text().splitlines()
+                                                if "layout_transform" in line]])
+    assert back.layers[0].time_ms == pytest.approx(0.2)
+    assert back.cost == pytest.approx(plan.cost)
+
+
+def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):
+    """With --transform-records nothing is measured: the cache stays empty."""
+    m, onnx_path, log = files
+    lines = log.read_text().splitlines()
+    plan_log, tuning_log = tmp_path / "plan.log", tmp_path / "tuning.log"
+    plan_log.write_text("\n".join(x for x in lines if "layout_transform" not in x) + "\n")
+    tuning_log.write_text("\n".join(x for x in lines if "layout_transform" in x) + "\n")
+    argv = ["run", str(onnx_path), "--records", str(plan_log), "--repeat", "2", "--json"]
+    assert main([*argv, "--transform-records", str(tuning_log)]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] > 0
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))
+    assert main([*argv, "--transform-records", str(tmp_path / "nope.log")]) == 2
+    assert "nope.log: no such file" in capsys.readouterr().err

@@ -58,6 +58,8 @@ def test_fusion_decisions_on_a_residual_block():
     steps = {s.ops[0]: s for s in plan_steps(_resnet_block())}
     assert steps["stem"].ops == ["stem", "stem_bn", "stem_relu"] and steps["stem"].activation == "relu"
     assert steps["pre_bn"].kind == "elementwise" and steps["pre_bn"].ops == ["pre_bn", "pre_relu"]
+    # ... written by the stem conv's epilogue as its second output (y is read by add1 too)
+    assert steps["pre_bn"].fused and steps["stem"].affine is steps["pre_bn"]
     assert steps["c2"].residual == "stem_relu" and steps["c2"].ops[-1] == "add1"
     # add2 goes to the later conv (c3), reading the earlier one's (down's) output.
     assert steps["c3"].ops == ["c3", "c3_bn", "add2", "out_relu"] and steps["c3"].residual == "down_bn"
@@ -67,9 +69,11 @@ def test_fusion_decisions_on_a_residual_block():
 @pytest.mark.parametrize("block", [1, 8, 16])
 def test_residual_block_matches_reference(block):
     m = _resnet_block()
-    prog = _check(m, uniform_plan(m, block), names=["fc", "stem_relu", "add1", "down_bn"])
+    prog = _check(m, uniform_plan(m, block), names=["fc", "stem_relu", "add1", "down_bn", "pre_relu"])
     assert sum(s.category == "conv" for s in prog.steps) == 5
-    assert {s.name for s in prog.steps if s.category == "other"} >= {"pre_bn", "fc"}
+    others = {s.name for s in prog.steps if s.category == "other"}
+    assert "fc" in others and "pre_bn" not in others  # pre_bn + pre_relu: the stem's second output
+    assert next(s for s in prog.steps if s.name == "stem").ops[-2:] == ["pre_bn", "pre_relu"]
 
 
 def test_residual_not_fused_across_layouts():
@@ -220,3 +224,15 @@ def test_onnx_model_matches_onnxruntime(tmp_path):
     prog = compile_model(m, uniform_plan(m, 8), keep=["fc"])
     prog.run(x)
     _close(prog.tensor("fc"), ref["fc"])
+
+
+def test_second_output_is_transformed_for_its_reader():
+    """The stem's second output (pre_relu, NCHW16c) is read by c1 in NCHW8c: the plan's
+    transform of it runs after the stem's kernel, and the outputs still match."""
+    m = _resnet_block()
+    configs = {op.name: Conv2DConfig(8 if op.name in ("stem", "c1") else 16, 16, 4, True) for op in m.convs()}
+    plan = plan_from_configs(m, configs)
+    assert any(t.tensor == "pre_relu" and t.dst_layout == "NCHW8c" for t in plan.transforms)
+    prog = _check(m, plan, names=["pre_relu", "fc"])
+    names = [s.name for s in prog.steps]
+    assert names.index("pre_relu NCHW16c->NCHW8c") == names.index("stem") + 1

@@ -212,3 +212,25 @@ def test_padding_skipped_in_kernel(padding, strides, dilation, ow_bn, unroll):
     assert not pads_by_copy(wl, cfg) and "memcpy" not in conv2d_ir(wl, cfg)
     for n in (1, 2):
         run_and_compare(wl, cfg, bias=True, residual=True, activation="relu6", nthreads=n)
+
+
+@pytest.mark.parametrize("act2", [None, "relu", "relu6"])
+def test_affine_second_output(act2):
+    """``out2 = act2(out * scale2 + shift2)`` per output channel, written with ``out``."""
+    rng = np.random.default_rng(3)
+    wl = Conv2DWorkload((1, 8, 6, 5), (8, 8, 3, 3), padding=(1, 1, 1, 1))
+    cfg = Conv2DConfig(ic_bn=4, oc_bn=8, ow_bn=2)
+    k = build_conv2d(wl, cfg, bias=True, residual=True, affine_out=True, affine_activation=act2)
+    x, w = rng.standard_normal(wl.data_shape, dtype=np.float32), rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    b, res = rng.standard_normal(8, dtype=np.float32), rng.standard_normal(wl.out_shape, dtype=np.float32)
+    scale, shift = rng.uniform(0.5, 2, 8).astype(np.float32), rng.standard_normal(8, dtype=np.float32) * 3
+    out, out2 = np.empty(k.output_shape, np.float32), np.full(k.output_shape, np.nan, np.float32)
+    k(to_blocked(x, 4), pack_weight(w, 4, 8), out, bias=b, residual=to_blocked(res, 8), out2=out2, scale2=scale,
+      shift2=shift)
+    y = conv2d_nchw(x, w, padding=wl.padding, bias=b, residual=res)
+    y2 = y * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1)
+    y2 = y2 if act2 is None else np.clip(y2, 0, 6 if act2 == "relu6" else None)
+    np.testing.assert_allclose(from_blocked(out), y, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-3)
+    with pytest.raises(ValueError, match="affine_activation"):
+        conv2d_ir(wl, cfg, affine_out=True, affine_activation="gelu")

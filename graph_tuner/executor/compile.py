@@ -34,7 +34,7 @@ import numpy as np
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
-from graph_tuner.executor.fold import Step, activation_of, fold_into_conv, plan_steps
+from graph_tuner.executor.fold import Step, activation_of, fold_affine, fold_into_conv, plan_steps
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
 from graph_tuner.model import Model
@@ -97,9 +97,9 @@ def _reads(model: Model, plan: Plan, blocks: dict[str, int]) -> dict[tuple[str, 
 
 
 def _allocate(actions: list[tuple], shapes: dict, pinned: set) -> dict:
-    """Buffers for ``actions`` (``(written key, [read keys])`` in run order), reusing memory:
+    """Buffers for ``actions`` (``([written keys], [read keys])`` in run order), reusing memory:
     a buffer is free after its last read, unless pinned (inputs, outputs, kept tensors). A
-    step's output never shares memory with its own inputs (allocated before they are freed)."""
+    step's outputs never share memory with its own inputs (allocated before they are freed)."""
     last: dict = {}
     for i, (_, reads) in enumerate(actions):
         for r in reads:
@@ -107,13 +107,14 @@ def _allocate(actions: list[tuple], shapes: dict, pinned: set) -> dict:
     free: list[np.ndarray] = []  # whole owned buffers, by size
     owner: dict = {}
     arrays: dict = {}
-    for i, (w, reads) in enumerate(actions):
-        size = math.prod(shapes[w])
-        fits = [j for j, f in enumerate(free) if f.size >= size]
-        # Best fit: the smallest free buffer that holds it, else a new one.
-        owner[w] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else np.zeros(size, np.float32)
-        arrays[w] = owner[w][:size].reshape(shapes[w])
-        for k in dict.fromkeys([*reads, w]):
+    for i, (written, reads) in enumerate(actions):
+        for w in written:
+            size = math.prod(shapes[w])
+            fits = [j for j, f in enumerate(free) if f.size >= size]
+            # Best fit: the smallest free buffer that holds it, else a new one.
+            owner[w] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else np.zeros(size, np.float32)
+            arrays[w] = owner[w][:size].reshape(shapes[w])
+        for k in dict.fromkeys([*reads, *written]):
             if k not in pinned and last.get(k, i) == i:
                 free.append(owner[k])
     return arrays
@@ -158,18 +159,20 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     def key(t: str, b: int):
         return t if not _is_4d(model.op(t).shape) or b == blocks[t] else (t, b)
 
-    actions: list[tuple] = []  # (key written, [keys read]) in run order
-    for tensor in [*model.inputs, *(s.output for s in steps)]:
-        if tensor in model.inputs:
-            actions.append((tensor, []))
-        else:
-            s = next(s for s in steps if s.output == tensor)
-            inside = set(s.ops)
-            actions.append((tensor, [key(i, _read_block(model, layers, blocks, model.op(o), i))
-                                     for o in s.ops for i in model.op(o).inputs if i not in inside]))
-        actions += [((t, b), [t]) for t, b in transforms if t == tensor]
+    actions: list[tuple] = []  # ([keys written], [keys read]) in run order
+    for tensor in model.inputs:
+        actions.append(([tensor], []))
+        actions += [([(t, b)], [t]) for t, b in transforms if t == tensor]
+    for s in steps:
+        if s.fused:  # written by its conv's epilogue
+            continue
+        inside = set(s.ops)
+        written = [s.output] + ([s.affine.output] if s.affine else [])
+        actions.append((written, [key(i, _read_block(model, layers, blocks, model.op(o), i))
+                                  for o in s.ops for i in model.op(o).inputs if i not in inside]))
+        actions += [([(t, b)], [t]) for tensor in written for t, b in transforms if t == tensor]
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
-                        blocks[w] if isinstance(w, str) else w[1]) for w, _ in actions}
+                        blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
     kept = set(model.inputs) | set(keep) | {key(o, 1) for o in model.outputs}
     arrays = _allocate(actions, shapes, kept)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
@@ -193,8 +196,12 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     for name in model.inputs:
         emit_transforms(name)
     for s in steps:
+        if s.fused:
+            continue
         if s.kind == "conv":
-            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers[s.output]))
+            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers))
+            if s.affine:
+                emit_transforms(s.affine.output)
         else:
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
                                                                                     buffers[s.output])))
@@ -210,7 +217,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     return prog
 
 
-def _conv_step(model: Model, s: Step, lc, params, read, out: np.ndarray) -> ProgramStep:
+def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> ProgramStep:
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers."""
     from kernels.conv2d import build_conv2d
     from kernels.packing import pack_depthwise_weight, pack_weight
@@ -223,14 +230,22 @@ def _conv_step(model: Model, s: Step, lc, params, read, out: np.ndarray) -> Prog
         raise GraphTunerError(f"layer '{conv.name}': config blocks ({config.ic_bn}, {config.oc_bn}) do not match "
                               f"its layouts {lc.in_layout} -> {lc.out_layout}")
     weight, bias = fold_into_conv(model, s, params)
+    second = {}
+    if s.affine is not None:
+        scale, shift, act2 = fold_affine(model, s.affine, params)
+        second = dict(scale2=scale, shift2=shift)
     kernel = build_conv2d(w, config, bias=bias is not None, residual=s.residual is not None,
-                          activation=s.activation)
+                          activation=s.activation, affine_out=s.affine is not None,
+                          affine_activation=act2 if s.affine is not None else None)
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
     data = read(conv.inputs[0], in_block).reshape(kernel.input_shape)
     residual = read(s.residual, out_block).reshape(kernel.output_shape) if s.residual else None
-    fn = kernel.bind(data, packed, out.reshape(kernel.output_shape), bias=bias, residual=residual)
-    return ProgramStep(conv.name, "conv", list(s.ops), fn, lc.time_ms)
+    if second:
+        second["out2"] = buffers[s.affine.output].reshape(kernel.output_shape)
+    fn = kernel.bind(data, packed, buffers[s.output].reshape(kernel.output_shape), bias=bias, residual=residual,
+                     **second)
+    return ProgramStep(conv.name, "conv", list(s.ops) + (s.affine.ops if s.affine else []), fn, lc.time_ms)
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):

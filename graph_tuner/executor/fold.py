@@ -15,6 +15,12 @@ A compiled program runs *steps*, each covering one or more model ops:
   exactly because of the conv's zero padding; it runs here as scale-shift-relu).
 * any other op on its own.
 
+A chain of batch norms / bias adds with at most a final activation that reads a conv
+group's output (typically the next pre-activation unit's ``bn -> relu`` on a residual
+sum that the next add reads too) is **written by the conv's epilogue** as a second
+output (``Step.affine``): one pass instead of two. The chain keeps its step (so its
+buffer is planned) but is marked ``fused`` and runs nothing itself.
+
 When both operands of an add come from conv groups, the add goes to the conv that
 runs later, so the other operand is already there when the kernel reads it.
 
@@ -51,6 +57,8 @@ class Step:
     inputs: list[str] = field(default_factory=list)  # tensors read (conv: data; residual last)
     activation: str | None = None  # conv groups: "relu" / "relu6"
     residual: str | None = None  # conv groups: tensor added in the epilogue
+    affine: "Step | None" = None  # conv groups: an elementwise chain the epilogue writes too
+    fused: bool = False  # elementwise chains written by a conv's epilogue (run nothing)
 
 
 def activation_of(op: Op) -> str | None:
@@ -156,10 +164,59 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
             s = Step(op.kind, [op.name], op.name, list(op.inputs))
         owner[op.name] = s
         steps.append(s)
+    # 4. affine chains on a conv group's output become its epilogue's second output
+    for s in steps:
+        g = owner.get(s.inputs[0]) if s.kind == "elementwise" and len(s.inputs) == 1 else None
+        if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.affine is None
+                and not _is_depthwise(model, g) and _affine_chain(model, s) is not None):
+            g.affine, s.fused = s, True
     steps += groups
     # Run each step where its last op sits in the model's topological order.
     steps.sort(key=lambda s: order[s.ops[-1]])
     return steps
+
+
+def _is_depthwise(model: Model, g: Step) -> bool:
+    w = model.workload(model.op(g.ops[0]))
+    return w.is_depthwise and w.out_channels == w.in_channels
+
+
+def _affine_chain(model: Model, s: Step) -> str | None:
+    """``s``'s final activation ("" for none) if ``s`` is bn / bias adds then at most one
+    activation, else None."""
+    kinds = [model.op(n) for n in s.ops]
+    act = activation_of(kinds[-1]) if kinds else None
+    body = kinds[:-1] if act else kinds
+    if (not all(op.kind in _FOLDABLE and op.attrs.get("axis", 1) == 1 for op in body) or (not body and not act)
+            or len(kinds[0].shape) != 4):
+        return None
+    return act or ""
+
+
+def fold_affine(model: Model, s: Step, params: dict[str, dict[str, np.ndarray]]
+                ) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """An affine chain (see :func:`plan_steps`) as per-channel ``(scale, shift, activation)``:
+    ``act(x * scale + shift)``.
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t"); x = b.input((1, 1, 2, 2))
+    >>> m = b.build(b.relu(b.batch_norm(x, 0.0, name="bn"), name="r"))
+    >>> p = {"bn": {k: np.array([v], np.float32) for k, v in dict(gamma=3, beta=1, mean=4, var=0.25).items()}}
+    >>> scale, shift, act = fold_affine(m, Step("elementwise", ["bn", "r"], "r", ["x"]), p)
+    >>> float(scale[0]), float(shift[0]), act  # 3/0.5 and 1 - 4 * 6
+    (6.0, -23.0, 'relu')
+    """
+    act = _affine_chain(model, s) or None
+    channels = model.op(s.ops[0]).shape[1]
+    scale, shift = np.ones(channels), np.zeros(channels)
+    for name in s.ops[:-1] if act else s.ops:
+        op, q = model.op(name), params.get(name, {})
+        if op.kind == "batch_norm":
+            k = np.asarray(q["gamma"], np.float64) / np.sqrt(np.asarray(q["var"], np.float64) + op.attrs["epsilon"])
+            scale, shift = scale * k, shift * k + (q["beta"] - k * q["mean"])
+        else:  # bias_add
+            shift = shift + q["bias"]
+    return scale.astype(np.float32), shift.astype(np.float32), act
 
 
 def fold_into_conv(model: Model, step: Step, params: dict[str, dict[str, np.ndarray]]
