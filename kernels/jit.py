@@ -122,7 +122,7 @@ def compile_ir(ir_text: str) -> CompiledModule:
         if ir_text in _engines:
             return _engines[ir_text]
         _initialise()
-        threads.ensure_runtime_loaded()  # libgomp symbols must resolve when linking
+        threads.ensure_runtime_loaded()  # gt_parallel must resolve when linking
         module = llvm.parse_assembly(ir_text)
         module.triple = _target_machine().triple
         module.data_layout = str(_target_machine().target_data)

@@ -1,10 +1,15 @@
-"""The parallel runtime: libgomp fork/join and the one-thread fallback compute the same."""
+"""The parallel runtime (our thread pool): every thread count computes the same, every item
+runs exactly once, and jobs complete however many workers show up."""
 import ctypes
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 
 from kernels import threads
-from kernels.jit import compile_ir
+from kernels.jit import IRFunction, compile_ir
 from kernels.layout_transform import to_blocked, transform_ir
 
 
@@ -16,14 +21,43 @@ def run_transform_ir(ir, x, out_shape, nthreads):
     return out
 
 
-def test_fallback_without_libgomp_runs_all_items(monkeypatch):
-    x = np.random.default_rng(0).standard_normal((2, 8, 3, 4)).astype(np.float32)
-    expected = to_blocked(x, 4)
-    monkeypatch.setattr(threads, "have_openmp", lambda: False)
-    serial_ir = transform_ir(x.shape, None, 4)
-    assert "GOMP_parallel" not in serial_ir
-    np.testing.assert_array_equal(run_transform_ir(serial_ir, x, expected.shape, 2), expected)
-    assert threads.num_threads() == 1
+def _counting_kernel(total):
+    """A kernel whose item i adds 1 to counts[i] (atomically): each item must run exactly once."""
+    f = IRFunction("define internal void @body(ptr %args, i64 %item) nounwind")
+    counts = f.op("load ptr, ptr %args, align 8")
+    f.emit(f"%old = atomicrmw add ptr {f.gep(counts, '%item', 'i64')}, i64 1 seq_cst, align 8")
+    f.emit("ret void")
+    ir = f.text() + threads.parallel_entry_ir("k", [("body", total)])
+    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(compile_ir(ir)["k"])
+
+
+def test_each_item_runs_once_over_many_back_to_back_jobs():
+    fn = _counting_kernel(101)
+    counts = np.zeros(101, np.int64)
+    args = (ctypes.c_void_p * 1)(counts.ctypes.data)
+    for n in [1, 2, 3, 8] * 250:  # 1000 jobs: workers join late, skip jobs, sleep and wake
+        fn(ctypes.addressof(args), n)
+    np.testing.assert_array_equal(counts, 1000)
+
+
+def test_jobs_complete_without_workers():
+    """In a forked child the pool's workers do not exist: the caller runs every item itself."""
+    code = textwrap.dedent("""
+        import os, ctypes, numpy as np, sys
+        sys.path.insert(0, %r)
+        from tests.test_kernels_threads import _counting_kernel
+        fn = _counting_kernel(37)
+        counts = np.zeros(37, np.int64); args = (ctypes.c_void_p * 1)(counts.ctypes.data)
+        fn(ctypes.addressof(args), 2)
+        pid = os.fork()
+        if pid == 0:
+            fn(ctypes.addressof(args), 2)
+            os._exit(0 if (counts == 2).all() else 1)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """) % os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "0", out.stderr
 
 
 def test_every_thread_count_covers_all_items():

@@ -32,14 +32,12 @@ def test_random_array_is_filled():
 
 
 def test_num_threads_from_env(monkeypatch):
-    from kernels.threads import have_openmp
-
     monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "3")
-    assert num_threads() == (3 if have_openmp() else 1)
+    assert num_threads() == 3
     monkeypatch.delenv("GRAPH_TUNER_NUM_THREADS")
-    assert num_threads() == (len(os.sched_getaffinity(0)) if have_openmp() else 1)
-    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "zero")
-    if have_openmp():
+    assert num_threads() == len(os.sched_getaffinity(0))
+    for bad in ("zero", "0"):
+        monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", bad)
         with pytest.raises(ValueError, match="GRAPH_TUNER_NUM_THREADS"):
             num_threads()
 
