@@ -10,7 +10,7 @@ the finished ones), never for a worker that has not turned up. Idle workers spin
 """
 from __future__ import annotations
 
-SPIN = 4000  # pause instructions (~0.1-0.2 ms) an idle worker spins before it sleeps
+SPIN = 32000  # pause instructions (~0.5 ms here) an idle worker spins before it sleeps
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX = 128, 129, 202  # x86-64 Linux
 
 RUNTIME_IR = f"""
