@@ -11,7 +11,7 @@ the finished ones), never for a worker that has not turned up. Idle workers spin
 from __future__ import annotations
 
 SPIN = 32000  # pause instructions (~0.5 ms here) an idle worker spins before it sleeps
-FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX = 128, 129, 202  # x86-64 Linux
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX, SYS_SCHED_YIELD = 128, 129, 202, 24  # x86-64 Linux
 
 RUNTIME_IR = f"""
 @gt_state = global i64 0, align 64
@@ -172,11 +172,19 @@ work:
   call void @gt_work(i64 %epoch, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead)
   br label %wait
 wait:
+  %waited = phi i32 [0, %work], [%waited1, %pause], [0, %yield]
   %d = load atomic i64, ptr @gt_done seq_cst, align 8
   %finished = icmp sge i64 %d, %total
   br i1 %finished, label %release, label %pause
 pause:
+  ; A worker still running claimed items may share this CPU (the kernel often wakes a
+  ; sleeper onto its waker's CPU): after a short spin, yield the CPU to it.
   call void @llvm.x86.sse2.pause()
+  %waited1 = add i32 %waited, 1
+  %long = icmp sgt i32 %waited1, 200
+  br i1 %long, label %yield, label %wait
+yield:
+  %y = call i64 (i64, ...) @syscall(i64 {SYS_SCHED_YIELD})
   br label %wait
 release:
   store atomic i32 0, ptr @gt_lock seq_cst, align 4
