@@ -44,6 +44,7 @@ class RunResult:
     predicted_ms: float  # plan.cost: conv kernels + layout transforms
     profile: object  # graph_tuner.executor.Profile
     outputs: list = field(default_factory=list, repr=False)
+    retimed_ms: float | None = None  # the same prediction, kernels and transforms re-timed alone now
 
     @property
     def measured_planned_ms(self) -> float:
@@ -59,6 +60,7 @@ class RunResult:
             "median_ms": self.median_ms,
             "p90_ms": self.p90_ms,
             "predicted_ms": self.predicted_ms,
+            "retimed_predicted_ms": self.retimed_ms,
             "measured_planned_ms": self.measured_planned_ms,
             "profile_total_ms": self.profile.total_ms,
             "by_category_ms": self.profile.by_category(),
@@ -77,6 +79,10 @@ class RunResult:
                         for c, ms in by.items()),
             f"predicted conv + transforms: {self.predicted_ms:.3f} ms; measured: {self.measured_planned_ms:.3f} ms "
             f"({err:+.1%})",
+            *([f"  the same kernels and transforms re-timed alone now: {self.retimed_ms:.3f} ms (measured "
+               f"{(self.measured_planned_ms - self.retimed_ms) / self.retimed_ms:+.1%}; a log timed when this "
+               "machine was faster or slower shifts the first figure, not this one)"]
+              if self.retimed_ms else []),
             f"slowest {top} steps:",
             f"  {'step':<36} {'kind':<10} {'measured ms':>11} {'predicted ms':>12}",
         ]
@@ -91,8 +97,10 @@ def seeded_input(model, seed: int = 0) -> np.ndarray:
 
 
 def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | None = None, repeat: int = 30,
-                 warmup: int = 3) -> RunResult:
-    """Compile ``plan`` for ``model``, run it on ``x`` (default: seeded random), time and profile it."""
+                 warmup: int = 3, retime: bool = False) -> RunResult:
+    """Compile ``plan`` for ``model``, run it on ``x`` (default: seeded random), time and profile it;
+    with ``retime`` also evaluate its prediction with every kernel and transform re-timed now
+    (:func:`retimed_cost_ms`)."""
     from graph_tuner.executor import compile_model
     from kernels.threads import num_threads
 
@@ -100,8 +108,9 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     outputs = prog.run(seeded_input(model) if x is None else x)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
     profile = prog.profile(repeat=max(5, repeat // 2))
+    retimed = retimed_cost_ms(plan) if retime else None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
-                     profile, outputs)
+                     profile, outputs, retimed)
 
 
 def retimed_cost_ms(plan) -> float:

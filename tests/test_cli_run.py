@@ -70,6 +70,7 @@ def test_run_json_and_output_match_reference(files, tmp_path, capsys):
     # The prediction is the log's kernel times (2 x 0.1 ms) plus its transforms: data to NCHW8c for c0 and
     # the pooled 16 values back to NCHW; the add computes in NCHW16c, the layout both operands are in.
     assert out["predicted_ms"] == pytest.approx(0.2 + 1e-6 * (8 * 10 * 10 + 16))
+    assert out["retimed_predicted_ms"] > 0  # the same kernels and transforms, timed alone on this machine
     cats = {layer["category"] for layer in out["layers"]}
     assert cats == {"conv", "transform", "other"}
     conv_layers = [layer for layer in out["layers"] if layer["category"] == "conv"]
@@ -87,6 +88,9 @@ def test_run_text_report(files, capsys):
     assert main(["run", str(onnx_path), "--records", str(log), "--repeat", "2", "--top", "3"]) == 0
     text = capsys.readouterr().out
     assert "latency: median" in text and "predicted conv + transforms" in text and "slowest 3 steps" in text
+    assert "re-timed alone now" in text
+    assert main(["run", str(onnx_path), "--records", str(log), "--repeat", "2", "--no-retime", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["retimed_predicted_ms"] is None
 
 
 def _cli(*argv, env=None):

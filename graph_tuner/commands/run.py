@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", metavar="X.npy", help="input array (default: seeded random normal)")
     p.add_argument("--save-output", metavar="Y.npy", help="write the (first) output to Y.npy")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    p.add_argument("--no-retime", action="store_true",
+                   help="skip re-timing the plan's kernels and transforms alone (a few seconds) for the prediction")
     p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's; 1 for zoo)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="slowest steps listed (default 10)")
     p.set_defaults(func=run)
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         costs = TransformCosts()
         costs.load_records(read_records(args.transform_records).transforms)
     plan = apply_records(model, args.records, costs, batch=model.batch, progress=not args.json)
-    result = measure_plan(model, plan, x=x, repeat=args.repeat)
+    result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
     if args.save_output:
         from graph_tuner.atomic import atomic_open
 
