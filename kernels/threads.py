@@ -10,11 +10,14 @@ every item is done.
 Why not libgomp (used before): its ``GOMP_parallel`` ends in a barrier that waits for
 every team thread to *arrive*, even one that the shared host has descheduled and that
 would find no work left. Here the caller waits only for items that were claimed; a
-late worker finds the job gone. On this 2-core VM that took ResNet's p90 latency from
-1.5-2.4x its median back to about 1.1x, like onnxruntime's pool (benchmarks/README.md).
+late worker finds the job gone. On this 2-core shared VM that took ResNet-18's p90
+latency from 1.65-1.8x its median to 1.13-1.25x (onnxruntime's: 1.1-1.2x), and its median
+down 7% (benchmarks/README.md); ResNet-50 did not change beyond noise.
 
-Workers (pthreads, started once) spin a little between kernels, then sleep on a
-futex. Thread count: env ``GRAPH_TUNER_NUM_THREADS``, default all usable cores; the
+Workers (pthreads, started once) spin ~0.5 ms between kernels, then sleep on a futex.
+Linux may wake a sleeper onto its waker's CPU, where it waits for the caller: the caller
+therefore yields its CPU while it waits, and a job that is over before a worker gets to
+run simply ran on fewer threads. Thread count: env ``GRAPH_TUNER_NUM_THREADS``, default all usable cores; the
 pool has ``max(that, cores) - 1`` workers.
 
 >>> num_threads() >= 1
