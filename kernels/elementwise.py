@@ -2,7 +2,9 @@
 
 ``out = act(x * scale[c] + shift[c])``: an inference batch norm (or bias add) that
 cannot be folded into a conv, e.g. the ``bn -> relu`` in front of each conv of a
-pre-activation ResNet. Work items are rows ``(n, c chunk, h)`` spread over the
+pre-activation ResNet. With ``add=True`` a second tensor is added first,
+``out = act((x + y) * scale[c] + shift[c])``: a residual add that no conv epilogue
+could take (neither operand's conv writes the add's layout), with what follows it. Work items are rows ``(n, c chunk, h)`` spread over the
 threads; a row holds ``W x b`` values, each ``b``-channel group one FMA per vector
 of at most ``lanes`` channels, with the chunk's scale and shift loaded once per row.
 numpy needs three passes over memory for the same (multiply, add, maximum).
@@ -31,8 +33,8 @@ __all__ = ["ChannelAffineKernel", "build_channel_affine", "channel_affine_ir"]
 
 
 def channel_affine_ir(shape_nchw, block: int | None, activation: str | None = None, name: str = "affine",
-                      lanes: int | None = None) -> str:
-    """IR of ``void @name(ptr args, i32 nthreads)`` with args ``(x, scale, shift, out)``."""
+                      lanes: int | None = None, add: bool = False) -> str:
+    """IR of ``void @name(ptr args, i32 nthreads)`` with args ``(x, scale, shift, out[, y])``."""
     if activation not in (None, "relu", "relu6"):
         raise ValueError(f"activation must be None, 'relu' or 'relu6', got {activation!r}")
     N, C, H, W = shape_nchw
@@ -44,6 +46,7 @@ def channel_affine_ir(shape_nchw, block: int | None, activation: str | None = No
     intr = IntrinsicSet()
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     x, s, t, out = (arg_ptr(f, i) for i in range(4))
+    y = arg_ptr(f, 4) if add else None
     _, cb, _ = decompose(f, "%item", [N, CB, H])
     row = f.mul("%item", W * b)
     params = []
@@ -54,7 +57,10 @@ def channel_affine_ir(shape_nchw, block: int | None, activation: str | None = No
         base = f.add(row, f.mul(col, b)) if b > 1 else f.add(row, col)
         for (off, w), (sv, tv) in zip(chunks, params):
             idx = f.add(base, off)
-            v = intr.call(f, "fma", w, f.load(vty(w), f.gep(x, idx)), sv, tv)
+            xv = f.load(vty(w), f.gep(x, idx))
+            if y is not None:
+                xv = f.op(f"fadd {vty(w)} {xv}, {f.load(vty(w), f.gep(y, idx))}")
+            v = intr.call(f, "fma", w, xv, sv, tv)
             if activation:
                 v = intr.call(f, "maxnum", w, v, "zeroinitializer")
             if activation == "relu6":
@@ -65,18 +71,19 @@ def channel_affine_ir(shape_nchw, block: int | None, activation: str | None = No
 
 
 class ChannelAffineKernel(Kernel):
-    """``k(x, scale, shift, out)``: x and out in NCHW[block]c, scale and shift of shape (C,)."""
+    """``k(x, scale, shift, out[, y])``: x, y and out in NCHW[block]c, scale and shift of shape (C,)."""
 
-    def __init__(self, shape_nchw, block: int | None, activation: str | None):
+    def __init__(self, shape_nchw, block: int | None, activation: str | None, add: bool = False):
         self.input_shape = self.output_shape = blocked_shape(shape_nchw, block or None)
-        ir = channel_affine_ir(shape_nchw, block, activation)
+        ir = channel_affine_ir(shape_nchw, block, activation, add=add)
         c = shape_nchw[1]
         super().__init__(compile_ir(ir), "affine", dict(x=self.input_shape, scale=(c,), shift=(c,),
-                                                          out=self.output_shape))
+                                                          out=self.output_shape, y=self.input_shape if add else None))
 
 
 @functools.lru_cache(maxsize=None)
 def build_channel_affine(shape_nchw: tuple[int, int, int, int], block: int | None,
-                         activation: str | None = None) -> ChannelAffineKernel:
-    """Generate, compile and cache the scale-shift kernel for a shape, block and activation."""
-    return ChannelAffineKernel(tuple(int(v) for v in shape_nchw), block or None, activation)
+                         activation: str | None = None, add: bool = False) -> ChannelAffineKernel:
+    """Generate, compile and cache the scale-shift kernel for a shape, block, activation and
+    whether a second tensor is added first."""
+    return ChannelAffineKernel(tuple(int(v) for v in shape_nchw), block or None, activation, add)

@@ -281,6 +281,12 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     if k == "dense":
         return _dense_fn(head, params[head.name], x, out)
     if k == "softmax":
+        if a["axis"] in (-1, x.ndim - 1):  # rows x classes: the generated kernel
+            from kernels.softmax import build_softmax
+
+            cols = x.shape[-1]
+            kernel = build_softmax(x.size // cols, cols)
+            return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
         return blocked.make_softmax(x, out, a["axis"])
     raise GraphTunerError(f"op '{head.name}': kind {k!r} is not supported by the executor")
 
@@ -333,15 +339,20 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
             program.append(("clip", op.attrs["min"], op.attrs["max"]))
     act = activation_of(model.op(s.ops[-1]))
     affines = program[:-1] if act else program
-    if _is_4d(model.op(s.output).shape) and affines and all(item[0] == "affine" for item in affines):
+    # A same-shape add may start the chain: the generated kernel adds it first.
+    add = bool(affines) and affines[0] == ("add",) and model.op(head.inputs[0]).shape == model.op(head.inputs[1]).shape
+    affines = affines[1:] if add else affines
+    if _is_4d(model.op(s.output).shape) and (affines or add) and all(item[0] == "affine" for item in affines):
         from kernels.elementwise import build_channel_affine
 
-        scale, shift = np.ones(1), np.zeros(1)
+        channels = model.op(s.output).shape[1]
+        scale, shift = np.ones(channels), np.zeros(channels)
         for _, sc, sh in affines:  # compose: (x * s1 + t1) * s2 + t2
             scale, shift = scale * sc, shift * sc + sh
-        kernel = build_channel_affine(model.op(s.output).shape, blocks[s.output], act)
+        kernel = build_channel_affine(model.op(s.output).shape, blocks[s.output], act, add=add)
         return kernel.bind(inputs[0].reshape(kernel.input_shape), scale.astype(np.float32),
-                           shift.astype(np.float32), out.reshape(kernel.output_shape))
+                           shift.astype(np.float32), out.reshape(kernel.output_shape),
+                           y=inputs[1].reshape(kernel.input_shape) if add else None)
     return blocked.make_elementwise(program, inputs, out)
 
 

@@ -110,6 +110,10 @@ def make_softmax(x: np.ndarray, out: np.ndarray, axis: int) -> Fn:
     def run() -> None:
         np.max(x, axis=axis, keepdims=True, out=tmp)
         np.subtract(x, tmp, out=out)
+        # Below about -87, exp gives float32 subnormals, which run ~100x slower (ResNet's 1000
+        # logits: 100 us instead of 7). e^-80 (over a sum of up to ~1500 terms) stays normal
+        # and is 0 to float32 next to the largest term, 1.
+        np.maximum(out, np.float32(-80.0), out=out)
         np.exp(out, out=out)
         np.sum(out, axis=axis, keepdims=True, out=tmp)
         np.divide(out, tmp, out=out)
