@@ -7,7 +7,9 @@ layout transforms) can be set against the measured time of the same steps.
 :func:`bench_models` runs, per model and side by side in one process: the graph-tuned
 plan, the history-best and default plans (same log, same cost model), onnxruntime on
 the same weights (the model exported to ONNX) and PyTorch when importable. The runners
-are timed in interleaved rounds so that load changes on the machine hit them alike.
+are timed in interleaved rounds so that load changes on the machine hit them alike, and
+each is also compared with the graph-tuned plan round by round (:func:`paired_ratio`:
+median ratio and a 90% interval), which a shared host's drift cannot fake.
 Results go to ``<out>/<timestamp>.json`` with a PNG chart next to it, and every
 median more than 5% above the previous results file's is flagged
 (:func:`find_regressions`). Each plan's conv + transform time is reported three ways:
@@ -316,19 +318,33 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
 
 
 def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int | None = None
-                  ) -> dict[str, list[float]]:
+                  ) -> dict[str, list[list[float]]]:
     """Per-call seconds of every runner, ``repeat`` calls each, in interleaved rounds of ~4 calls
     (a shared machine's speed drifts by tens of percent within a minute: short interleaved
-    rounds make every runtime see the same drift)."""
+    rounds make every runtime see the same drift); one list per round."""
     from kernels.timing import measure
 
-    samples: dict[str, list[float]] = {k: [] for k in runners}
+    samples: dict[str, list[list[float]]] = {k: [] for k in runners}
     rounds = rounds or max(3, repeat // 4)
     per_round = max(1, -(-repeat // rounds))
     for _ in range(rounds):
         for k, fn in runners.items():
-            samples[k] += measure(fn, number=1, repeat=per_round, warmup=1).results
+            samples[k].append(list(measure(fn, number=1, repeat=per_round, warmup=1).results))
     return samples
+
+
+def paired_ratio(rounds_a: list[list[float]], rounds_b: list[list[float]], seed: int = 0
+                 ) -> tuple[float, float, float]:
+    """How many times ``b``'s time ``a``'s is: the median over rounds of the ratio of the
+    rounds' medians, with a 90% bootstrap interval over rounds. Pairing by round cancels
+    the host's drift, which moves both alike within a round.
+
+    >>> paired_ratio([[2.0], [4.0], [2.2]], [[1.0], [2.0], [1.0]])[0]
+    2.0
+    """
+    r = np.array([np.median(a) / np.median(b) for a, b in zip(rounds_a, rounds_b)])
+    boot = np.median(r[np.random.default_rng(seed).integers(0, len(r), (2000, len(r)))], axis=1)
+    return float(np.median(r)), float(np.percentile(boot, 5)), float(np.percentile(boot, 95))
 
 
 def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30, progress: bool = True,
@@ -380,17 +396,24 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
             notes.append(f"{k}: output differs from graph_tuned by {err:.3g}")
 
-    samples = _timed_rounds(runners, repeat)
+    by_round = _timed_rounds(runners, repeat)
     runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, "onnxruntime", "pytorch")}
-    for k, s in samples.items():
+    for k, rounds in by_round.items():
+        s = [t for r in rounds for t in r]
         runtimes[k] = {"median_ms": float(np.median(s)) * 1e3, "p90_ms": float(np.percentile(s, 90)) * 1e3}
+        if k != "graph_tuned":
+            ratio, lo, hi = paired_ratio(rounds, by_round["graph_tuned"])
+            runtimes[k]["vs_graph_tuned"] = {"ratio": ratio, "interval90": [lo, hi]}
         if k in programs:
             prof = programs[k].profile(repeat=max(5, repeat // 3))
             runtimes[k] |= {"predicted_ms": plans[k].cost, "retimed_predicted_ms": retimed_cost_ms(plans[k]),
                             "measured_planned_ms": prof.measured_planned_ms, "by_category_ms": prof.by_category(),
                             "transforms": len(plans[k].transforms)}
         r = runtimes[k]
+        vs = r.get("vs_graph_tuned")
         print_fn(f"{name:<14} {k:<13} median {r['median_ms']:8.3f} ms  p90 {r['p90_ms']:8.3f} ms"
+                 + (f"  {vs['ratio']:.3f}x graph-tuned's time, round by round (90% interval "
+                    f"{vs['interval90'][0]:.3f}-{vs['interval90'][1]:.3f})" if vs else "")
                  + (f"  conv+transforms: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
                     f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms"
                     if k in programs else ""))

@@ -90,3 +90,15 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     assert len(plan.transforms) == 2
     assert bench.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
     assert calls.count("conv") == 2 and calls.count("t") == 2
+
+
+def test_paired_ratio_cancels_drift_shared_by_a_round():
+    """Both runtimes slow down 3x in the middle rounds: the paired ratio stays 1.2, while the
+    pooled medians would mix fast and slow rounds."""
+    graph = [[1.0, 1.1], [3.0, 3.3], [3.1, 3.0], [1.0, 1.0], [1.05, 1.0]]
+    other = [[1.2 * t for t in r] for r in graph]
+    ratio, lo, hi = bench.paired_ratio(other, graph)
+    assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
+    noisy = [[t * f for t in r] for r, f in zip(other, (1.0, 1.3, 0.9, 1.1, 1.0))]
+    ratio, lo, hi = bench.paired_ratio(noisy, graph)
+    assert lo <= ratio <= hi and lo < 1.2 * 1.05 and hi > 1.2
