@@ -34,7 +34,7 @@ import numpy as np
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
-from graph_tuner.executor.fold import Step, activation_of, fold_affine, fold_into_conv, plan_steps
+from graph_tuner.executor.fold import Step, activation_of, fold_affine, fold_into_conv, op_affine, plan_steps
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
 from graph_tuner.model import Model
@@ -328,11 +328,8 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
     for name in s.ops:
         op = model.op(name)
         p = params.get(name, {})
-        if op.kind == "batch_norm":
-            scale = p["gamma"] / np.sqrt(np.asarray(p["var"], np.float64) + op.attrs["epsilon"])
-            program.append(("affine", scale, p["beta"] - p["mean"] * scale))
-        elif op.kind == "bias_add":
-            program.append(("affine", np.ones_like(p["bias"]), p["bias"]))
+        if op.kind in ("batch_norm", "bias_add"):
+            program.append(("affine", *op_affine(op, p)))
         elif op.kind == "relu":
             program.append(("relu",))
         elif op.kind == "clip":

@@ -193,6 +193,22 @@ def _affine_chain(model: Model, s: Step) -> str | None:
     return act or ""
 
 
+def op_affine(op: Op, q: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A batch norm or bias add as per-channel float64 ``(scale, shift)``: ``x * scale + shift``.
+
+    >>> bn = Op("bn", "batch_norm", ["x"], {"epsilon": 0.0})
+    >>> [float(v[0]) for v in op_affine(bn, {k: np.array([v]) for k, v in dict(gamma=3, beta=1, mean=4, var=0.25).items()})]
+    [6.0, -23.0]
+    """
+    if op.kind == "batch_norm":
+        k = np.asarray(q["gamma"], np.float64) / np.sqrt(np.asarray(q["var"], np.float64) + op.attrs["epsilon"])
+        return k, np.asarray(q["beta"], np.float64) - k * np.asarray(q["mean"], np.float64)
+    if op.kind == "bias_add":
+        bias = np.asarray(q["bias"], np.float64)
+        return np.ones_like(bias), bias
+    raise ValueError(f"op '{op.name}' ({op.kind}) is not a per-channel affine")
+
+
 def fold_affine(model: Model, s: Step, params: dict[str, dict[str, np.ndarray]]
                 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """An affine chain (see :func:`plan_steps`) as per-channel ``(scale, shift, activation)``:
@@ -210,12 +226,8 @@ def fold_affine(model: Model, s: Step, params: dict[str, dict[str, np.ndarray]]
     channels = model.op(s.ops[0]).shape[1]
     scale, shift = np.ones(channels), np.zeros(channels)
     for name in s.ops[:-1] if act else s.ops:
-        op, q = model.op(name), params.get(name, {})
-        if op.kind == "batch_norm":
-            k = np.asarray(q["gamma"], np.float64) / np.sqrt(np.asarray(q["var"], np.float64) + op.attrs["epsilon"])
-            scale, shift = scale * k, shift * k + (q["beta"] - k * q["mean"])
-        else:  # bias_add
-            shift = shift + q["bias"]
+        k, t = op_affine(model.op(name), params.get(name, {}))
+        scale, shift = scale * k, shift * k + t
     return scale.astype(np.float32), shift.astype(np.float32), act
 
 
@@ -243,13 +255,9 @@ def fold_into_conv(model: Model, step: Step, params: dict[str, dict[str, np.ndar
     bias = np.asarray(p["bias"], np.float64) if "bias" in p else None
     for name in step.ops[1:]:
         op = model.op(name)
-        q = params.get(name, {})
-        if op.kind == "batch_norm":
-            s = np.asarray(q["gamma"], np.float64) / np.sqrt(np.asarray(q["var"], np.float64) + op.attrs["epsilon"])
-            w = w * s.reshape(-1, 1, 1, 1)
-            bias = (np.zeros(len(s)) if bias is None else bias) * s + (q["beta"] - s * q["mean"])
-        elif op.kind == "bias_add":
-            bias = (np.zeros(w.shape[0]) if bias is None else bias) + q["bias"]
-        else:
+        if op.kind not in _FOLDABLE:
             break  # activation / residual add: epilogue
+        s, t = op_affine(op, params.get(name, {}))
+        w = w * s.reshape(-1, 1, 1, 1)
+        bias = (np.zeros(len(s)) if bias is None else bias) * s + t
     return w.astype(np.float32), None if bias is None else bias.astype(np.float32)
