@@ -335,8 +335,14 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
 
 
 def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSummary]:
-    """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path)."""
+    """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path),
+    then the layout transforms of every tensor whose layout a plan may change."""
     from graph_tuner.model import load_model
 
+    from graph_tuner.layout_flow import analyse
+
     m = load_model(model)
+    # Every tensor a plan may transform: conv inputs, and also join inputs and the tensors
+    # plain ops read (a global pool's output before flatten), which no conv reads.
+    kwargs.setdefault("transform_shapes", [t.shape for t in analyse(m).tensors])
     return tune_workloads(m.distinct_workloads(), log_path, **kwargs)

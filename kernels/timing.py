@@ -7,7 +7,9 @@ repeat is chosen from the warm-up) so timer resolution and call overhead vanish;
 the median over repeats is reported, with p90 and the raw per-call times.
 ``flush_cache=True`` reads and writes ``flush_bytes`` of memory (64 MiB by default;
 raise it above the last-level cache size) before every timed call, for cold-cache
-numbers; the flush itself is not timed.
+numbers; the flush itself is not timed. The thread pool's workers fall asleep during
+the flush, which never happens between a network's kernels, so they are woken after it
+(:func:`kernels.threads.wake_workers`): cold caches, not a cold pool.
 
 >>> t = measure(lambda: sum(range(100)), min_repeat_ms=1, repeat=3)
 >>> 0 < t.median_s <= t.p90_s and len(t.results) == 3
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from kernels import threads
 
 __all__ = ["Timing", "measure", "random_array"]
 
@@ -90,6 +94,7 @@ def measure(fn: Callable[[], object], *, min_repeat_ms: float = 20.0, repeat: in
     for _ in range(repeat):
         if flush_cache:
             _flush(flush_bytes)
+            threads.wake_workers()  # the flush let them fall asleep; in a network they never do
         if before is not None:
             before()
         t0 = time.perf_counter()

@@ -4,10 +4,10 @@ A key is ``(nchw_shape, src_block, dst_block)``; block 1 is plain NCHW (the same
 memory order as NCHW1c). Equal blocks cost nothing and are never measured. Each
 transform is compiled for its shape (the codegen bakes shapes into the kernel; a
 compile takes ~0.05-0.2 s) and timed with :func:`kernels.timing.measure` on
-random-filled buffers.
+random-filled buffers, with cold caches and a warm source (:func:`time_transform`).
 
-The cache is one JSON file per CPU -- ``transforms-<cpu name>-<hash of its LLVM feature
-string>.json`` in ``$GRAPH_TUNER_CACHE_DIR`` or ``~/.cache/graph-tuner`` -- rewritten
+The cache is one JSON file per CPU and timing protocol -- ``transforms-<protocol>-<cpu
+name>-<hash of its LLVM feature string>.json`` in ``$GRAPH_TUNER_CACHE_DIR`` or ``~/.cache/graph-tuner`` -- rewritten
 whole (temp file + ``os.replace``) after every new timing, merged with what is on disk
 at that moment, so a concurrent run reading or writing it never sees a partial file
 and a killed run keeps what it measured.
@@ -33,6 +33,9 @@ from typing import Callable, Iterable
 __all__ = ["Key", "cache_path", "load_cached", "measure_transforms", "normalize_key", "time_transform"]
 
 Key = tuple[tuple[int, int, int, int], int, int]
+# Bumped whenever time_transform measures differently: timings of another protocol are
+# not comparable, so they live in another file. v2: cold caches, warm source, awake pool.
+PROTOCOL = "v2"
 
 
 def normalize_key(key) -> Key:
@@ -57,7 +60,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
 
     >>> from kernels.jit import HostCPU
     >>> cache_path("/c", HostCPU("skylake-avx512", "+avx512f,+fma", 16)).name
-    'transforms-skylake-avx512-0a00853d8370.json'
+    'transforms-v2-skylake-avx512-0a00853d8370.json'
     """
     if cpu is None:
         from kernels.jit import host_cpu
@@ -65,7 +68,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
         cpu = host_cpu()
     folder = Path(cache_dir or os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")
     digest = hashlib.sha256(cpu.features.encode()).hexdigest()[:12]
-    return folder / f"transforms-{cpu.name}-{digest}.json"
+    return folder / f"transforms-{PROTOCOL}-{cpu.name}-{digest}.json"
 
 
 def _read(path: Path) -> dict[Key, float]:
@@ -104,15 +107,20 @@ def load_cached(keys: Iterable, *, cache_dir: str | os.PathLike | None = None) -
     return out
 
 
-def time_transform(key: Key, *, min_repeat_ms: float = 2.0, repeat: int = 9) -> float:
-    """Median seconds of one compiled transform on random-filled buffers."""
+def time_transform(key: Key, *, repeat: int = 15) -> float:
+    """Median seconds of one compiled transform on random-filled buffers, timed as it runs in
+    a network: caches flushed, then the source read back (its producer just wrote it), one
+    call per repeat. Warm back-to-back timing (source and destination in L2) read the
+    transforms of ResNet-18/50's plans at 0.50-0.59x their in-network time, and made the
+    solver buy layout changes that did not pay (benchmarks/README.md)."""
     from kernels.layout_transform import build_transform
     from kernels.timing import measure, random_array
 
     shape, src, dst = normalize_key(key)
     t = build_transform(shape, src, dst)
-    run = t.bind(random_array(t.input_shape), random_array(t.output_shape, seed=1))
-    return measure(run, min_repeat_ms=min_repeat_ms, repeat=repeat).median_s
+    source = random_array(t.input_shape)
+    run = t.bind(source, random_array(t.output_shape, seed=1))
+    return measure(run, repeat=repeat, warmup=1, flush_cache=True, before=source.sum).median_s
 
 
 def measure_transforms(

@@ -59,3 +59,14 @@ def test_before_runs_untimed_once_per_repeat(monkeypatch):
     t = timing.measure(fn, repeat=4, warmup=1, number=1, before=before)
     assert calls == ["fn"] + ["before", "fn"] * 4
     assert t.results == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_flush_then_wake_workers_then_before(monkeypatch):
+    """Cold caches, not a cold pool: after each flush the workers are woken before `before`."""
+    import kernels.timing as timing
+
+    calls = []
+    monkeypatch.setattr(timing, "_flush", lambda n: calls.append("flush"))
+    monkeypatch.setattr(timing.threads, "wake_workers", lambda: calls.append("wake"))
+    timing.measure(lambda: calls.append("fn"), repeat=2, warmup=0, flush_cache=True, before=lambda: calls.append("before"))
+    assert calls == ["flush", "wake", "before", "fn"] * 2

@@ -145,3 +145,27 @@ def test_real_tiny_workload_end_to_end(tmp_path, monkeypatch):
     (cands,) = layer_candidates([w], parsed, target=host_target())
     assert cands and all(c.time > 0 for c in cands)
     assert "GFLOP/s" in lines[0] and "layout transforms" in lines[-1]
+
+
+def test_tune_model_logs_every_transform_a_solve_needs(tmp_path, monkeypatch):
+    """The log alone must let `solve` cost every transform, including those of tensors no conv
+    reads (a global pool's output before flatten, a residual add's inputs)."""
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.tuning import tune_model
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: 1e-5)
+    b = GraphBuilder("residual")
+    x = b.input((1, 16, 8, 8))
+    c1 = b.relu(b.conv(x, 32, 3, padding=1))
+    c2 = b.conv(c1, 32, 3, padding=1)
+    y = b.relu(b.add(c2, c1))
+    out = b.softmax(b.dense(b.flatten(b.global_avg_pool(y)), 10))
+    model = b.build(out)
+    log = tmp_path / "t.log"
+    tune_model(model, log, trials=8, measure=fake, progress=False, confirm=0)
+    gt = GraphTuner(model, log)
+    assert gt.required_transforms() and gt.missing_transforms() == []
+    pooled = {t.shape for t in read_records(log).transforms}
+    assert (1, 32, 1, 1) in pooled  # the global pool's output: read plain by flatten

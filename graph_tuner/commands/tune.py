@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.model import load_model
-    from graph_tuner.tuning import DEFAULT_TRIALS, tune_workloads
+    from graph_tuner.tuning import DEFAULT_TRIALS, tune_model
 
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if trials < 1:
@@ -34,11 +34,10 @@ def run(args: argparse.Namespace) -> int:
     if args.time_budget is not None and not args.time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {args.time_budget}")
     model = load_model(args.model, batch=args.batch)
-    workloads = model.distinct_workloads()
-    if not workloads:
+    if not model.distinct_workloads():
         raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
-    summaries = tune_workloads(workloads, args.output, trials=trials, time_budget=args.time_budget,
-                               progress=not args.no_progress, print_fn=print)
+    summaries = tune_model(model, args.output, trials=trials, time_budget=args.time_budget,
+                           progress=not args.no_progress, print_fn=print)
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
     return 0
