@@ -17,6 +17,11 @@ choice sets its layout) and a list of *requirements* (consumers that need some
 block); one layout transform per (tensor, needed block) pays for all consumers
 needing that block.
 
+* **Residual adds** that a conv's epilogue can compute (the executor's rule,
+  :func:`graph_tuner.executor.fold.residual_convs`) are fused: the add's block must be
+  the output block of one of those convs, so no plan leaves an add to run as its own
+  pass, which the cost model would not see.
+
 >>> from graph_tuner.model import load_model
 >>> flow = analyse(load_model("resnet-18"))
 >>> len(flow.convs), sorted({d.kind for d in flow.decisions.values()})
@@ -72,6 +77,7 @@ class LayoutFlow:
     decisions: dict[str, Decision]  # in topological order, PLAIN first
     tensors: list[TensorFlow]
     convs: list[Op]  # in TVM's conv order (the model's)
+    residual: dict[str, list[str]] = field(default_factory=dict)  # add -> convs that can absorb it
 
 
 def layout_name(block: int) -> str:
@@ -146,4 +152,7 @@ def analyse(model: Model) -> LayoutFlow:
     convs = model.convs()
     if not convs:
         raise GraphTunerError(f"model '{model.name}' has no conv2d layers: nothing to tune")
-    return LayoutFlow(decisions, tensors, convs)
+    from graph_tuner.executor.fold import residual_convs
+
+    residual = {add: cs for add, cs in residual_convs(model).items() if add in decisions}
+    return LayoutFlow(decisions, tensors, convs, residual)

@@ -4,7 +4,10 @@ One solver node per decision (see :mod:`graph_tuner.layout_flow`):
 
 * a conv layer: one choice per candidate, cost = its kernel time;
 * a join (add/concat/multiply): one choice per block dividing all its inputs' channels, cost 0
-  (the elementwise op costs the same in any layout);
+  (the elementwise op costs the same in any layout). A residual add that convs' epilogues
+  can absorb (``flow.residual``) must take the output block of one of them: an edge to
+  each forbids (``inf``) the other blocks. With two such convs (a projection shortcut),
+  the add's choices are (block, absorbing conv) pairs, so "one of them" stays pairwise;
 * PLAIN: a single choice of block 1 (graph inputs, plain-layout consumers, outputs).
 
 One *shared conversion* per 4-d tensor: its source's choice produces a block; each
@@ -83,8 +86,22 @@ def _choices(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int
             out[name] = candidates[name]
         elif d.kind != "plain":
             valid = join_blocks(d.channels_in, blocks)
-            out[name] = valid
+            # One copy of the blocks per conv that may absorb the add (see build_problem).
+            out[name] = valid * max(1, len(flow.residual.get(name, ())))
     return out
+
+
+def _absorb_edges(flow: LayoutFlow, choices: dict[str, list]) -> list[tuple[str, str, list[list[float]]]]:
+    """``(add, conv, matrix)``: ``inf`` where the add's choice is to be absorbed by ``conv``
+    but the add's block is not that conv's output block."""
+    edges = []
+    for add, convs in flow.residual.items():
+        n = len(choices[add]) // len(convs)
+        for k, conv in enumerate(convs):
+            outs = _out_blocks(conv, choices)
+            edges.append((add, conv, [[math.inf if i // n == k and b != o else 0.0 for o in outs]
+                                      for i, b in enumerate(choices[add])]))
+    return edges
 
 
 def _out_blocks(decision: str, choices: dict[str, list]) -> list[int]:
@@ -134,6 +151,9 @@ def build_problem(
                     f"{d.kind} '{name}': no layout block divides all its input channels {list(d.channels_in)}"
                 )
             node[name] = p.add_node([0.0] * len(choices[name]))
+
+    for add, conv, matrix in _absorb_edges(flow, choices):
+        p.add_edge(node[add], node[conv], matrix)
 
     used: dict[TransformKey, float] = {}
     for t in flow.tensors:

@@ -28,6 +28,9 @@ def tcost(shape, a, b) -> float:
 
 
 def brute_force(model, cands, blocks):
+    from graph_tuner.executor.fold import residual_convs
+
+    residual = residual_convs(model)  # the executor's rule: these adds run in a conv epilogue
     convs = model.convs()
     joins = [op for op in model.ops if op.kind in JOINS and len(op.shape) == 4]
     join_opts = [[b for b in blocks if all(model.op(i).shape[1] % b == 0 for i in j.inputs)] for j in joins]
@@ -35,6 +38,8 @@ def brute_force(model, cands, blocks):
     for combo in itertools.product(*[cands[c.name] for c in convs], *join_opts):
         conv_pick = {c.name: combo[k] for k, c in enumerate(convs)}
         join_pick = {j.name: combo[len(convs) + k] for k, j in enumerate(joins)}
+        if any(all(conv_pick[c][1] != join_pick[a] for c in cs) for a, cs in residual.items()):
+            continue  # an absorbable add must take the output block of a conv that absorbs it
         layout, needed = {}, defaultdict(set)
         cost = sum(t for (_, _, t) in conv_pick.values())
         for op in model.ops:
@@ -96,7 +101,20 @@ def check(model, cands, blocks=(1, 2, 4, 8, 16)):
         assert len(plan.records) == len(model.convs())
     pbqp = tune(model, cands, "pbqp")
     assert pbqp.cost >= want * (1 - 1e-9)
+    assert_adds_fused(model, plan)
     return plan
+
+
+def assert_adds_fused(model, plan):
+    """The executor runs every absorbable add inside a conv epilogue: nothing outside the cost model."""
+    from graph_tuner.executor.compile import tensor_blocks
+    from graph_tuner.executor.fold import plan_steps, residual_convs
+    from graph_tuner.layout_flow import parse_layout
+
+    joins = {n: parse_layout(v) for n, v in plan.joins.items()}
+    steps = plan_steps(model, tensor_blocks(model, plan), joins)
+    absorbed = {op for s in steps if s.kind == "conv" for op in s.ops}
+    assert set(residual_convs(model)) <= absorbed
 
 
 def head(b, x):
@@ -218,3 +236,27 @@ def test_random_candidates_on_a_residual_concat_net(data):
         )
         cands[name] = [(i, o, data.draw(st.floats(1e-6, 1e-4))) for i, o in pairs]
     check(m, cands, blocks=(1, 2, 4, 8))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_candidates_on_a_projection_shortcut(data):
+    """An add both of whose operands are conv outputs it could be fused into (ResNet's
+    projection shortcut): the add's block must be one of the two convs' output blocks."""
+    b = GraphBuilder("projection")
+    x = b.input((1, 8, 8, 8))
+    a = b.relu(b.conv(x, 8, 3, padding=1, name="a"))
+    c = b.conv(a, 16, 3, padding=1, name="c")
+    sc = b.conv(x, 16, 1, name="sc")
+    s = b.relu(b.add(c, sc, name="s"))
+    m = b.build(head(b, b.conv(s, 8, 1, name="d")))
+    chans = {"a": (8, 8), "c": (8, 16), "sc": (8, 16), "d": (16, 8)}
+    cands = {}
+    for name, (ci, co) in chans.items():
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from([v for v in (1, 2, 4, 8) if ci % v == 0]),
+                                             st.sampled_from([v for v in (1, 2, 4, 8) if co % v == 0])),
+                                   min_size=1, max_size=3, unique=True))
+        cands[name] = [(i, o, data.draw(st.floats(1e-6, 1e-4))) for i, o in pairs]
+    plan = check(m, cands, blocks=(1, 2, 4, 8))
+    outs = {lc.name: lc.out_layout for lc in plan.layers}
+    assert plan.joins["s"] in (outs["c"], outs["sc"])

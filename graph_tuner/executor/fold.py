@@ -84,22 +84,9 @@ def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
     return readers[0]
 
 
-def plan_steps(model: Model, blocks: dict[str, int] | None = None,
-               join_blocks: dict[str, int] | None = None) -> list[Step]:
-    """Group the model's ops into steps (see the module doc), in execution order.
-
-    ``blocks`` gives each tensor's channel block and ``join_blocks`` each add's; an add
-    is fused into a conv only when the conv's output is already in the add's layout.
-    Without them every layout is taken to agree.
-    """
-    blocks = blocks or {}
-    join_blocks = join_blocks or {}
-    outputs = set(model.outputs)
-    order = {op.name: i for i, op in enumerate(model.ops)}
-    owner: dict[str, Step] = {}  # op name -> its step
-
-    # 1. conv + folded bn/bias [+ activation]
-    groups: list[Step] = []
+def _conv_groups(model: Model, outputs: set[str]) -> list[Step]:
+    """Step 1 of :func:`plan_steps`: each conv with the bn/bias it folds and an activation."""
+    groups = []
     for op in model.ops:
         if op.kind != "conv2d":
             continue
@@ -114,22 +101,69 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
                 break
             g.output = nxt.name
         groups.append(g)
-        for n in g.ops:
-            owner[n] = g
+    return groups
+
+
+def _residual_operands(model: Model, op: Op, owner: dict[str, Step], outputs: set[str]) -> list[tuple[int, Step]]:
+    """``(operand index, conv group)`` of each operand of ``op`` that a conv epilogue could add
+    ``op``'s other operand to (layouts aside): the group's activation-free output, read by ``op`` alone."""
+    if op.kind != "add" or len(op.inputs) != 2 or op.inputs[0] == op.inputs[1] or len(op.shape) != 4:
+        return []
+    if model.op(op.inputs[0]).shape != model.op(op.inputs[1]).shape:
+        return []  # broadcasting adds stay elementwise
+    fits = []
+    for i, t in enumerate(op.inputs):
+        g = owner.get(t)
+        if (g is not None and g.kind == "conv" and g.output == t and g.activation is None
+                and _sole_reader(model, t, outputs) is op):
+            fits.append((i, g))
+    return fits
+
+
+def residual_convs(model: Model) -> dict[str, list[str]]:
+    """For each add a conv epilogue could absorb, the convs that could take it (by their op
+    name). The executor fuses such an add into one of them whose output layout is the add's;
+    the graph tuner's problem requires that one exists (:mod:`graph_tuner.selection`).
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.input((1, 8, 4, 4))
+    >>> y = b.add(b.conv(x, 8, 1, name="c1"), b.conv(x, 8, 1, name="c2"), name="add")
+    >>> residual_convs(b.build(b.add(b.relu(y), x, name="add2")))
+    {'add': ['c1', 'c2']}
+    """
+    outputs = set(model.outputs)
+    owner = {n: g for g in _conv_groups(model, outputs) for n in g.ops}
+    out = {}
+    for op in model.ops:
+        fits = _residual_operands(model, op, owner, outputs)
+        if fits:
+            out[op.name] = [g.ops[0] for _, g in fits]
+    return out
+
+
+def plan_steps(model: Model, blocks: dict[str, int] | None = None,
+               join_blocks: dict[str, int] | None = None) -> list[Step]:
+    """Group the model's ops into steps (see the module doc), in execution order.
+
+    ``blocks`` gives each tensor's channel block and ``join_blocks`` each add's; an add
+    is fused into a conv only when the conv's output is already in the add's layout.
+    Without them every layout is taken to agree.
+    """
+    blocks = blocks or {}
+    join_blocks = join_blocks or {}
+    outputs = set(model.outputs)
+    order = {op.name: i for i, op in enumerate(model.ops)}
+
+    # 1. conv + folded bn/bias [+ activation]
+    groups = _conv_groups(model, outputs)
+    owner: dict[str, Step] = {n: g for g in groups for n in g.ops}  # op name -> its step
 
     # 2. residual adds, each to the later-running conv whose output is in its layout
     for op in model.ops:
-        if op.kind != "add" or len(op.inputs) != 2 or op.inputs[0] == op.inputs[1]:
-            continue
-        if model.op(op.inputs[0]).shape != model.op(op.inputs[1]).shape or len(op.shape) != 4:
-            continue  # broadcasting adds stay elementwise
-        fits = []
-        for i, t in enumerate(op.inputs):
-            g = owner.get(t)
-            if (g is not None and g.kind == "conv" and g.output == t and g.activation is None
-                    and g.residual is None and _sole_reader(model, t, outputs) is op
-                    and blocks.get(t, 1) == join_blocks.get(op.name, blocks.get(t, 1))):
-                fits.append((order[g.ops[0]], i, g))
+        fits = [(order[g.ops[0]], i, g) for i, g in _residual_operands(model, op, owner, outputs)
+                if g.residual is None
+                and blocks.get(op.inputs[i], 1) == join_blocks.get(op.name, blocks.get(op.inputs[i], 1))]
         if not fits:
             continue
         _, i, g = max(fits)
