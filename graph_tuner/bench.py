@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -317,11 +318,21 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
     return path
 
 
-def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int | None = None
-                  ) -> dict[str, list[list[float]]]:
+# Pause between two runtimes' turns. A runtime's idle workers keep spinning after its last
+# call; onnxruntime's did for tens of milliseconds, and the runtime timed next shared the
+# cores with them: ResNet-18 graph-tuned ran 28.7 ms right after onnxruntime, 19.9 ms
+# 20 ms later, 14.7 ms 100 ms later (benchmarks/README.md). Every round starts with
+# graph-tuned, right after the previous round's last runtime, so this biased every ratio.
+SETTLE_S = 0.25
+
+
+def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: int | None = None,
+                  settle_s: float = SETTLE_S) -> dict[str, list[list[float]]]:
     """Per-call seconds of every runner, ``repeat`` calls each, in interleaved rounds of ~4 calls
     (a shared machine's speed drifts by tens of percent within a minute: short interleaved
-    rounds make every runtime see the same drift); one list per round."""
+    rounds make every runtime see the same drift); one list per round. Each turn starts
+    ``settle_s`` after the previous one ended, so no runtime is timed while another's
+    workers still spin (:data:`SETTLE_S`)."""
     from kernels.timing import measure
 
     samples: dict[str, list[list[float]]] = {k: [] for k in runners}
@@ -329,6 +340,7 @@ def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds:
     per_round = max(1, -(-repeat // rounds))
     for _ in range(rounds):
         for k, fn in runners.items():
+            time.sleep(settle_s)
             samples[k].append(list(measure(fn, number=1, repeat=per_round, warmup=1).results))
     return samples
 

@@ -102,3 +102,17 @@ def test_paired_ratio_cancels_drift_shared_by_a_round():
     noisy = [[t * f for t in r] for r, f in zip(other, (1.0, 1.3, 0.9, 1.1, 1.0))]
     ratio, lo, hi = bench.paired_ratio(noisy, graph)
     assert lo <= ratio <= hi and lo < 1.2 * 1.05 and hi > 1.2
+
+
+def test_each_runtime_turn_starts_after_a_pause(monkeypatch):
+    """No runtime is timed while the previous one's workers still spin (onnxruntime's made the
+    next runtime up to 2x slower for tens of milliseconds)."""
+    import graph_tuner.bench as bench
+
+    events = []
+    monkeypatch.setattr(bench.time, "sleep", lambda s: events.append(("pause", s)))
+    runners = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
+    samples = bench._timed_rounds(runners, repeat=6, rounds=3)
+    assert [len(r) for r in samples["a"]] == [2, 2, 2] and [len(r) for r in samples["b"]] == [2, 2, 2]
+    turn = [("pause", bench.SETTLE_S)]
+    assert events == (turn + ["a"] * 3 + turn + ["b"] * 3) * 3  # warm-up call + 2 timed, per turn
