@@ -321,7 +321,7 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
 # Pause between two runtimes' turns. A runtime's idle workers keep spinning after its last
 # call; onnxruntime's did for tens of milliseconds, and the runtime timed next shared the
 # cores with them: ResNet-18 graph-tuned ran 28.7 ms right after onnxruntime, 19.9 ms
-# 20 ms later, 14.7 ms 100 ms later (benchmarks/README.md). Every round starts with
+# 20 ms later, 14.7 ms 100 ms later (benchmarks/README.md). Rounds used to start with
 # graph-tuned, right after the previous round's last runtime, so this biased every ratio.
 SETTLE_S = 0.25
 
@@ -330,7 +330,8 @@ def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds:
                   settle_s: float = SETTLE_S) -> dict[str, list[list[float]]]:
     """Per-call seconds of every runner, ``repeat`` calls each, in interleaved rounds of ~4 calls
     (a shared machine's speed drifts by tens of percent within a minute: short interleaved
-    rounds make every runtime see the same drift); one list per round. Each turn starts
+    rounds make every runtime see the same drift); one list per round. The order rotates
+    from round to round, so no runtime always runs first or right after another. Each turn starts
     ``settle_s`` after the previous one ended, so no runtime is timed while another's
     workers still spin (:data:`SETTLE_S`)."""
     from kernels.timing import measure
@@ -338,10 +339,11 @@ def _timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds:
     samples: dict[str, list[list[float]]] = {k: [] for k in runners}
     rounds = rounds or max(3, repeat // 4)
     per_round = max(1, -(-repeat // rounds))
-    for _ in range(rounds):
-        for k, fn in runners.items():
+    names = list(runners)
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:  # each runtime takes each place in turn
             time.sleep(settle_s)
-            samples[k].append(list(measure(fn, number=1, repeat=per_round, warmup=1).results))
+            samples[k].append(list(measure(runners[k], number=1, repeat=per_round, warmup=1).results))
     return samples
 
 

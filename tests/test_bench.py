@@ -114,5 +114,6 @@ def test_each_runtime_turn_starts_after_a_pause(monkeypatch):
     runners = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
     samples = bench._timed_rounds(runners, repeat=6, rounds=3)
     assert [len(r) for r in samples["a"]] == [2, 2, 2] and [len(r) for r in samples["b"]] == [2, 2, 2]
-    turn = [("pause", bench.SETTLE_S)]
-    assert events == (turn + ["a"] * 3 + turn + ["b"] * 3) * 3  # warm-up call + 2 timed, per turn
+    pause = [("pause", bench.SETTLE_S)]
+    a, b = pause + ["a"] * 3, pause + ["b"] * 3  # a turn: the pause, a warm-up call, 2 timed calls
+    assert events == a + b + b + a + a + b  # the order rotates from round to round
