@@ -111,14 +111,15 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     outputs = prog.run(seeded_input(model) if x is None else x)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
     profile = prog.profile(repeat=max(5, repeat // 2))
-    retimed = retimed_cost_ms(plan) if retime else None
+    retimed = retimed_cost_ms(plan, model) if retime else None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
                      profile, outputs, retimed)
 
 
-def retimed_cost_ms(plan) -> float:
+def retimed_cost_ms(plan, model=None) -> float:
     """The plan's cost model evaluated now, on this machine: every layer's kernel and every
     transform timed alone (the tuner's and the transform benchmark's own routines), summed.
+    With ``model``, each kernel is timed with the epilogue the executor fuses into that layer.
 
     ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
     tuning ran; this separates "is the cost model additive?" from "is the log current?".
@@ -127,12 +128,23 @@ def retimed_cost_ms(plan) -> float:
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
 
-    timer, seen = KernelTimer(), {}
+    epilogues = {}
+    if model is not None:
+        from graph_tuner.executor.compile import tensor_blocks
+        from graph_tuner.executor.fold import conv_epilogues, plan_steps
+
+        joins = {n: parse_layout(v) for n, v in plan.joins.items()}
+        epilogues = conv_epilogues(model, plan_steps(model, tensor_blocks(model, plan), joins))
+    timers: dict[tuple, KernelTimer] = {}
+    seen: dict[tuple, float] = {}
     total = 0.0
     for lc in plan.layers:
-        key = (lc.workload, lc.candidate.config)
+        epi = tuple(sorted(epilogues.get(lc.name, {}).items()))
+        key = (lc.workload, lc.candidate.config, epi)
         if key not in seen:
-            seen[key] = timer(*key)
+            timer = timers.setdefault(epi, KernelTimer())  # one per epilogue: its own reject baseline
+            timer.epilogues[lc.workload] = dict(epi)
+            seen[key] = timer(lc.workload, lc.candidate.config)
         total += seen[key]
     for t in plan.transforms:
         key = (tuple(t.shape), parse_layout(t.src_layout), parse_layout(t.dst_layout))
@@ -420,7 +432,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
             runtimes[k]["vs_graph_tuned"] = {"ratio": ratio, "interval90": [lo, hi]}
         if k in programs:
             prof = programs[k].profile(repeat=max(5, repeat // 3))
-            runtimes[k] |= {"predicted_ms": plans[k].cost, "retimed_predicted_ms": retimed_cost_ms(plans[k]),
+            runtimes[k] |= {"predicted_ms": plans[k].cost, "retimed_predicted_ms": retimed_cost_ms(plans[k], model),
                             "measured_planned_ms": prof.measured_planned_ms, "by_category_ms": prof.by_category(),
                             "transforms": len(plans[k].transforms)}
         r = runtimes[k]

@@ -336,7 +336,8 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
 
 def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSummary]:
     """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path),
-    then the layout transforms of every tensor whose layout a plan may change."""
+    each timed with the fused epilogue its layers run (:func:`workload_epilogues`), then the
+    layout transforms of every tensor whose layout a plan may change."""
     from graph_tuner.model import load_model
 
     from graph_tuner.layout_flow import analyse
@@ -345,4 +346,24 @@ def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSum
     # Every tensor a plan may transform: conv inputs, and also join inputs and the tensors
     # plain ops read (a global pool's output before flatten), which no conv reads.
     kwargs.setdefault("transform_shapes", [t.shape for t in analyse(m).tensors])
+    if kwargs.get("measure") is None:
+        from kernels.tuner import KernelTimer
+
+        kwargs["measure"] = KernelTimer(epilogues=workload_epilogues(m))
     return tune_workloads(m.distinct_workloads(), log_path, **kwargs)
+
+
+def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
+    """The fused epilogue to time each distinct workload with: the one most of its layers
+    run (:func:`graph_tuner.executor.fold.conv_epilogues`; ties: the first layer's).
+    A record is per workload, so layers of one workload share its time."""
+    from collections import Counter
+
+    from graph_tuner.executor.fold import conv_epilogues
+
+    epilogues = conv_epilogues(model)
+    votes: dict[Conv2DWorkload, Counter] = {}
+    for op in model.convs():
+        key = tuple(sorted(epilogues[op.name].items(), key=lambda kv: kv[0]))
+        votes.setdefault(model.workload(op), Counter())[key] += 1
+    return {w: dict(c.most_common(1)[0][0]) for w, c in votes.items()}

@@ -324,6 +324,10 @@ class KernelTimer:
     faster than they ran in the network (AutoTVM added ``enable_cpu_cache_flush`` for the
     same reason). Each repeat is then one call.
 
+    ``epilogues`` gives a workload's fused epilogue (``build_conv2d``'s keyword arguments):
+    the kernel is then timed with it, on random bias / residual / second-output buffers.
+    A residual read and a second output are memory traffic the bare conv does not have.
+
     Cheap reject: a config whose faster of two calls (after a warm-up) is already
     ``reject_factor`` times slower than the best time seen for this workload is not worth
     full timing (a bad schedule can take 200 ms a call); that time is returned.
@@ -333,24 +337,37 @@ class KernelTimer:
     # Many short repeats: their median skips the repeats another process disturbed (on a
     # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms).
     def __init__(self, min_repeat_ms: float = 2.0, repeat: int = 9, reject_factor: float = 4.0,
-                 flush_cache: bool = True):
+                 flush_cache: bool = True, epilogues: Mapping[Conv2DWorkload, Mapping] | None = None):
         self.min_repeat_ms, self.repeat, self.reject_factor = min_repeat_ms, repeat, reject_factor
         self.flush_cache = flush_cache
+        # build_conv2d's epilogue arguments per workload (bias, residual, activation,
+        # affine_out, affine_activation): time kernels as the network runs them.
+        self.epilogues = dict(epilogues or {})
         self.best: dict[Conv2DWorkload, float] = {}
 
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
         from kernels.conv2d import build_conv2d
         from kernels.timing import measure, random_array
 
+        epilogue = dict(self.epilogues.get(workload, {}))
         try:
-            kernel = build_conv2d(workload, config)
+            kernel = build_conv2d(workload, config, **epilogue)
         except ValueError as e:
             raise MeasureError(INSTANTIATION_ERROR, str(e)) from None
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError
             raise MeasureError(COMPILE_HOST, str(e)) from None
         try:
             data = random_array(kernel.input_shape, 0)
-            run = kernel.bind(data, random_array(kernel.weight_shape, 1), random_array(kernel.output_shape, 2))
+            extra = {}
+            if epilogue.get("bias"):
+                extra["bias"] = random_array(kernel.bias_shape, 3)
+            if epilogue.get("residual"):
+                extra["residual"] = random_array(kernel.output_shape, 4)
+            if epilogue.get("affine_out"):
+                extra.update(out2=random_array(kernel.output_shape, 5), scale2=random_array(kernel.bias_shape, 6),
+                             shift2=random_array(kernel.bias_shape, 7))
+            run = kernel.bind(data, random_array(kernel.weight_shape, 1), random_array(kernel.output_shape, 2),
+                              **extra)
             run()
             best = self.best.get(workload)
             once = math.inf

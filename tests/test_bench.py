@@ -81,8 +81,11 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     calls = []
 
     class FakeTimer:
+        def __init__(self):
+            self.epilogues = {}
+
         def __call__(self, workload, config):
-            calls.append("conv")
+            calls.append(self.epilogues.get(workload, {}).get("activation") or "conv")
             return 1e-3 * workload.in_channels / 8  # c1: 1 ms, c2 and c3: 2 ms
 
     monkeypatch.setattr("kernels.tuner.KernelTimer", FakeTimer)
@@ -90,6 +93,15 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     assert len(plan.transforms) == 2
     assert bench.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
     assert calls.count("conv") == 2 and calls.count("t") == 2
+    # With the model, each layer is timed with the epilogue the executor fuses into it:
+    # c2 and c3 share a workload and config but not an epilogue (c2 -> relu).
+    b = GraphBuilder("t")
+    x = b.input((1, 8, 6, 6))
+    y = b.relu(b.conv(b.conv(x, 16, 3, padding=1, name="c1"), 16, 3, padding=1, name="c2"))
+    m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c3")))
+    calls.clear()
+    assert bench.retimed_cost_ms(uniform_plan(m, 16), m) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
+    assert sorted(calls) == ["conv", "conv", "relu", "t", "t"]
 
 
 def test_paired_ratio_cancels_drift_shared_by_a_round():

@@ -156,3 +156,25 @@ def test_kernel_timer_reports_build_errors_as_tvm_codes():
     with pytest.raises(MeasureError) as e:
         tuner_mod.KernelTimer()(w, Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=4))  # 3 does not divide 16
     assert e.value.error_no in (INSTANTIATION_ERROR, COMPILE_HOST)
+
+
+def test_kernel_timer_times_the_fused_epilogue(monkeypatch):
+    """A workload's epilogue (residual read, second output) is built and fed real buffers."""
+    import kernels.conv2d as conv2d
+    from kernels.config import Conv2DConfig
+
+    w = Conv2DWorkload((1, 16, 8, 8), (32, 16, 1, 1))
+    epilogue = dict(bias=True, residual=True, activation=None, affine_out=True, affine_activation="relu")
+    built = []
+    real = conv2d.build_conv2d
+
+    def spy(workload, config, **kw):
+        built.append(kw)
+        return real(workload, config, **kw)
+
+    monkeypatch.setattr(conv2d, "build_conv2d", spy)
+    timer = tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2, epilogues={w: epilogue})
+    assert timer(w, Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=4)) > 0
+    assert built == [epilogue]
+    assert tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2)(w, Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=4)) > 0
+    assert built[-1] == {}

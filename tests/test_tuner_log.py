@@ -169,3 +169,30 @@ def test_tune_model_logs_every_transform_a_solve_needs(tmp_path, monkeypatch):
     assert gt.required_transforms() and gt.missing_transforms() == []
     pooled = {t.shape for t in read_records(log).transforms}
     assert (1, 32, 1, 1) in pooled  # the global pool's output: read plain by flatten
+
+
+def test_tune_model_times_each_workload_with_its_layers_epilogue(tmp_path, monkeypatch):
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.tuning import tune_model, workload_epilogues
+
+    b = GraphBuilder("preact")
+    x = b.input((1, 16, 8, 8))
+    s1 = b.add(b.conv(b.relu(b.batch_norm(x)), 16, 3, padding=1, name="c1"), x)
+    s2 = b.add(b.conv(b.relu(b.batch_norm(s1)), 16, 3, padding=1, name="c2"), s1)
+    model = b.build(b.conv(b.relu(s2), 16, 3, padding=1, name="c3"))
+    epilogues = workload_epilogues(model)
+    # c1 and c2 (residual add, then the next unit's bn+relu as a second output) outvote c3
+    assert epilogues == {model.workload(model.op("c1")): dict(
+        bias=False, residual=True, activation=None, affine_out=True, affine_activation="relu")}
+    seen = []
+
+    class Timer:
+        def __init__(self, epilogues):
+            seen.append(epilogues)
+
+        def __call__(self, workload, config):
+            return fake(workload, config)
+
+    monkeypatch.setattr("kernels.tuner.KernelTimer", Timer)
+    tune_model(model, tmp_path / "t.log", trials=3, progress=False, transforms=False, confirm=0)
+    assert seen == [epilogues]

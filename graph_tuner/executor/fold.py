@@ -142,6 +142,33 @@ def residual_convs(model: Model) -> dict[str, list[str]]:
     return out
 
 
+def conv_epilogues(model: Model, steps: list[Step] | None = None) -> dict[str, dict]:
+    """Each conv's fused epilogue as :func:`kernels.conv2d.build_conv2d` keyword arguments
+    (``bias``, ``residual``, ``activation``, ``affine_out``, ``affine_activation``), from
+    ``steps`` (default: :func:`plan_steps` with every layout agreeing, i.e. every possible
+    fusion). The tuner times kernels with them: a residual read and a second output are
+    memory traffic the bare conv does not have (+22-44% on ResNet-50's stage-1 1x1 convs).
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.input((1, 8, 4, 4))
+    >>> y = b.add(b.batch_norm(b.conv(x, 8, 1, name="c1")), x)
+    >>> m = b.build(b.conv(b.relu(b.batch_norm(y)), 8, 1, name="c2"))
+    >>> conv_epilogues(m)["c1"]
+    {'bias': True, 'residual': True, 'activation': None, 'affine_out': True, 'affine_activation': 'relu'}
+    """
+    out = {}
+    for s in plan_steps(model) if steps is None else steps:
+        if s.kind != "conv":
+            continue
+        conv = model.op(s.ops[0])
+        bias = "bias" in conv.weights or any(model.op(n).kind in _FOLDABLE for n in s.ops[1:])
+        out[conv.name] = dict(bias=bias, residual=s.residual is not None, activation=s.activation,
+                              affine_out=s.affine is not None,
+                              affine_activation=(_affine_chain(model, s.affine) or None) if s.affine else None)
+    return out
+
+
 def plan_steps(model: Model, blocks: dict[str, int] | None = None,
                join_blocks: dict[str, int] | None = None) -> list[Step]:
     """Group the model's ops into steps (see the module doc), in execution order.
