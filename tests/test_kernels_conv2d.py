@@ -234,3 +234,34 @@ def test_affine_second_output(act2):
     np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="affine_activation"):
         conv2d_ir(wl, cfg, affine_out=True, affine_activation="gelu")
+
+
+@pytest.mark.parametrize("budget,groups,oh_bn,rows", [(64, 1, 1, 2), (128, 1, 2, 3), (32, 2, 1, 5), (64, 1, 2, 7)])
+def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, rows):
+    """A 1x1 conv whose weights overflow the L1 budget reduces in batches of input channel
+    blocks, with partial sums in the output (first / mid / last), tail rows and columns,
+    groups, the full epilogue and a second output."""
+    import kernels.conv2d as conv
+
+    monkeypatch.setattr(conv, "L1_WEIGHT_BYTES", budget)
+    monkeypatch.setattr(conv, "rows_per_item", lambda planes, r, tile, threads=None: rows)
+    wl = Conv2DWorkload((1, 12, 7, 5), (8, 12 // groups, 1, 1), groups=groups)
+    cfg = Conv2DConfig(ic_bn=2, oc_bn=4, ow_bn=3, oh_bn=oh_bn)
+    batch = conv.ic_batch(wl, cfg)
+    assert batch == budget // 32 and batch < 6 // groups  # 2 x 4 floats per block: several batches
+    conv.build_conv2d.cache_clear()
+    try:
+        for n in (1, 3):
+            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
+        rng = np.random.default_rng(5)
+        k = conv.build_conv2d(wl, cfg, bias=True, affine_out=True, affine_activation="relu6")
+        x, w = rng.standard_normal(wl.data_shape, dtype=np.float32), rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+        b, scale, shift = (rng.standard_normal(8, dtype=np.float32) for _ in range(3))
+        out, out2 = np.full(k.output_shape, np.nan, np.float32), np.full(k.output_shape, np.nan, np.float32)
+        k(to_blocked(x, 2), pack_weight(w, 2, 4), out, bias=b, out2=out2, scale2=scale, shift2=shift)
+        y = conv2d_nchw(x, w, groups=groups, bias=b)
+        np.testing.assert_allclose(from_blocked(out), y, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(from_blocked(out2), np.clip(y * scale.reshape(1, -1, 1, 1)
+                                                               + shift.reshape(1, -1, 1, 1), 0, 6), rtol=1e-4, atol=1e-4)
+    finally:
+        conv.build_conv2d.cache_clear()
