@@ -102,24 +102,24 @@ def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None)
     return -(-lines // steps)
 
 
-L1_WEIGHT_BYTES = 24 << 10  # weights a reduction batch may hold in L1 (half of a 48 KiB L1d)
+L1_WEIGHT_SHARE = 0.5  # of the L1 data cache, for a reduction batch's weights (24 KiB of 48 here)
 
 
-def ic_batch(workload: Conv2DWorkload, config: Conv2DConfig) -> int:
+def ic_batch(workload: Conv2DWorkload, config: Conv2DConfig, l1d_bytes: int | None = None) -> int:
     """Input channel blocks per reduction batch. A 1x1 conv whose weight slice (all input
-    channels x ``oc_bn``) overflows :data:`L1_WEIGHT_BYTES` reduces in batches, as MLAS does:
+    channels x ``oc_bn``) overflows :data:`L1_WEIGHT_SHARE` of L1 reduces in batches, as MLAS does:
     each batch sweeps all of a work item's rows with its weights held in L1, keeping partial
     sums in the output; otherwise every row tile streamed the whole slice from L2.
 
     >>> big = Conv2DWorkload((1, 1024, 14, 14), (256, 1024, 1, 1))
-    >>> ic_batch(big, Conv2DConfig(64, 32, 14)), ic_batch(big, Conv2DConfig(1024, 32, 14))
+    >>> ic_batch(big, Conv2DConfig(64, 32, 14), 48 << 10), ic_batch(big, Conv2DConfig(1024, 32, 14), 48 << 10)
     (3, 1)
-    >>> ic_batch(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)), Conv2DConfig(16, 32, 14))
+    >>> ic_batch(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)), Conv2DConfig(16, 32, 14), 48 << 10)
     4
     """
     icb, ocb = config.ic_bn, config.oc_bn
     blocks = workload.kernel_shape[1] // icb
-    budget = L1_WEIGHT_BYTES
+    budget = int(L1_WEIGHT_SHARE * (l1d_bytes or host_cpu().l1d_bytes))
     if (workload.kernel_shape[2:] != (1, 1) or any(workload.padding) or blocks == 1
             or not 0 < icb * ocb * 4 <= budget):  # one block's weights must fit, or batching cannot help
         return blocks

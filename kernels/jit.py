@@ -37,6 +37,7 @@ class HostCPU:
     features: str
     lanes: int  # float32 lanes of the widest usable vector register
     l2_bytes: int = 1 << 20  # per-core L2 size (sysfs; 1 MiB where unknown)
+    l1d_bytes: int = 32 << 10  # per-core L1 data cache size (sysfs; 32 KiB where unknown)
 
     def has(self, feature: str) -> bool:
         return f"+{feature}" in self.features.split(",")
@@ -56,17 +57,25 @@ def host_cpu() -> HostCPU:
     features = llvm.get_host_cpu_features().flatten()
     on = set(f[1:] for f in features.split(",") if f.startswith("+"))
     lanes = 16 if "avx512f" in on else 8 if "avx" in on else 4
-    return HostCPU(llvm.get_host_cpu_name(), features, lanes, _l2_bytes())
+    return HostCPU(llvm.get_host_cpu_name(), features, lanes, _cache_bytes(2, 1 << 20),
+                   _cache_bytes(1, 32 << 10))
 
 
-def _l2_bytes(default: int = 1 << 20) -> int:
-    """Per-core L2 cache size from Linux sysfs (``default`` elsewhere)."""
+def _cache_bytes(level: int, default: int) -> int:
+    """Per-core data (or unified) cache size of ``level`` from Linux sysfs (``default`` elsewhere).
+
+    >>> _cache_bytes(9, 123)
+    123
+    """
     import glob
 
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/"):
         try:
             with open(path + "level") as f:
-                if f.read().strip() != "2":
+                if f.read().strip() != str(level):
+                    continue
+            with open(path + "type") as f:
+                if f.read().strip() == "Instruction":
                     continue
             with open(path + "size") as f:
                 size = f.read().strip().upper()

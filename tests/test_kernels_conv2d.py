@@ -243,7 +243,7 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
     groups, the full epilogue and a second output."""
     import kernels.conv2d as conv
 
-    monkeypatch.setattr(conv, "L1_WEIGHT_BYTES", budget)
+    monkeypatch.setattr(conv, "L1_WEIGHT_SHARE", budget / conv.host_cpu().l1d_bytes)
     monkeypatch.setattr(conv, "rows_per_item", lambda planes, r, tile, threads=None: rows)
     wl = Conv2DWorkload((1, 12, 7, 5), (8, 12 // groups, 1, 1), groups=groups)
     cfg = Conv2DConfig(ic_bn=2, oc_bn=4, ow_bn=3, oh_bn=oh_bn)
