@@ -60,8 +60,23 @@ def test_bench_models_writes_results_chart_and_flags(tmp_path, monkeypatch):
         assert first.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     second, r2 = bench.bench_models(["resnet-18"], tmp_path, now=dt.datetime(2026, 1, 2, 12, 0, 0))
     assert r2["previous"] == str(first)
-    assert r2["regressions"] == ["resnet-18 graph_tuned: 10.000 -> 11.000 ms (+10.0%); onnxruntime +0.0% in the same runs"]
-    assert json.loads(second.read_text())["regressions"] == r2["regressions"]
+    assert r2["regressions"] == ["resnet-18 graph_tuned: 10.000 -> 11.000 ms (+10.0%); onnxruntime +0.0% in the same "
+                                 "runs, so +10.0% relative"]
+    assert json.loads(second.read_text())["regressions"] == r2["regressions"] and r2["machine_slower"] == []
+
+
+def test_a_slowdown_onnxruntime_shares_is_the_machine():
+    """Measured against onnxruntime in the same runs: the host's drift is not a regression."""
+    prev = _results(graph_tuned=10.0, history_best=12.0, default=14.0, onnxruntime=20.0)
+    cur = _results(graph_tuned=11.5, history_best=14.5, default=14.5, onnxruntime=22.0)  # onnxruntime +10%
+    flagged = {r.runtime: r for r in bench.find_regressions(cur, prev)}
+    assert set(flagged) == {"graph_tuned", "history_best", "onnxruntime"}  # default +3.6%: not flagged at all
+    assert flagged["graph_tuned"].relative_change == pytest.approx(1.15 / 1.1 - 1)
+    assert flagged["graph_tuned"].machine()  # +4.5% relative: the host
+    assert not flagged["history_best"].machine()  # +9.8% relative: ours
+    assert flagged["onnxruntime"].yardstick is None and flagged["onnxruntime"].machine()  # not our code
+    no_ort = _results(graph_tuned=11.5, onnxruntime=None)
+    assert not bench.find_regressions(no_ort, prev)[0].machine()  # without the yardstick: flagged
 
 
 def test_bench_cli_rejects_unknown_models(capsys):

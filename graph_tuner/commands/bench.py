@@ -44,4 +44,6 @@ def run(args: argparse.Namespace) -> int:
         print("no previous results in the folder: nothing to compare")
     for r in results["regressions"]:
         print(f"REGRESSION (> 5% slower than {results['previous']}): {r}")
+    for r in results.get("machine_slower", []):
+        print(f"note: slower than {results['previous']}, but onnxruntime as much (the machine?): {r}")
     return 0
