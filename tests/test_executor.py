@@ -176,10 +176,18 @@ def test_shared_transform_serves_all_its_consumers():
     assert sum(s.name.startswith("t NCHW16c->NCHW8c") for s in prog.steps) == 1
 
 
-@pytest.mark.parametrize("build", [resnet, resnet_v1], ids=["resnet-18", "resnet-18-v1"])
-def test_zoo_resnet_at_reduced_resolution(build):
-    m = build(18, image_size=32)
-    prog = _check(m, uniform_plan(m, 16), names=["fc1"])
+@pytest.mark.parametrize("build,depth", [(resnet, 18), (resnet_v1, 18), (resnet, 50)],
+                         ids=["resnet-18", "resnet-18-v1", "resnet-50"])
+def test_zoo_resnet_at_reduced_resolution(build, depth):
+    """ResNet-50's 1x1 convs at block 16 (512-2048 input channels) reduce in L1-sized batches."""
+    from kernels.conv2d import ic_batch
+
+    m = build(depth, image_size=32)
+    plan = uniform_plan(m, 16)
+    batched = [lc for lc in plan.layers
+               if ic_batch(lc.workload, lc.candidate.config) < lc.workload.kernel_shape[1] // lc.candidate.config.ic_bn]
+    assert bool(batched) == (depth == 50)
+    prog = _check(m, plan, names=["fc1"])
     # The folds and fusions happened: every add and every bn right after a conv runs inside a conv step.
     in_conv = {op for s in prog.steps if s.category == "conv" for op in s.ops}
     assert sum(s.category == "conv" for s in prog.steps) == len(m.convs())
