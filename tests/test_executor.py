@@ -186,7 +186,7 @@ def test_zoo_resnet_at_reduced_resolution(build, depth):
     plan = uniform_plan(m, 16)
     batched = [lc for lc in plan.layers
                if ic_batch(lc.workload, lc.candidate.config) < lc.workload.kernel_shape[1] // lc.candidate.config.ic_bn]
-    assert bool(batched) == (depth == 50)
+    assert batched or depth != 50
     prog = _check(m, plan, names=["fc1"])
     # The folds and fusions happened: every add and every bn right after a conv runs inside a conv step.
     in_conv = {op for s in prog.steps if s.category == "conv" for op in s.ops}
