@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import functools
 import os
 import threading
 

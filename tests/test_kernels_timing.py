@@ -68,5 +68,6 @@ def test_flush_then_wake_workers_then_before(monkeypatch):
     calls = []
     monkeypatch.setattr(timing, "_flush", lambda n: calls.append("flush"))
     monkeypatch.setattr(timing.threads, "wake_workers", lambda: calls.append("wake"))
-    timing.measure(lambda: calls.append("fn"), repeat=2, warmup=0, flush_cache=True, before=lambda: calls.append("before"))
+    timing.measure(lambda: calls.append("fn"), repeat=2, warmup=0, flush_cache=True,
+                   before=lambda: calls.append("before"))
     assert calls == ["flush", "wake", "before", "fn"] * 2
