@@ -357,17 +357,11 @@ class KernelTimer:
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError
             raise MeasureError(COMPILE_HOST, str(e)) from None
         try:
-            data = random_array(kernel.input_shape, 0)
-            extra = {}
-            if epilogue.get("bias"):
-                extra["bias"] = random_array(kernel.bias_shape, 3)
-            if epilogue.get("residual"):
-                extra["residual"] = random_array(kernel.output_shape, 4)
-            if epilogue.get("affine_out"):
-                extra.update(out2=random_array(kernel.output_shape, 5), scale2=random_array(kernel.bias_shape, 6),
-                             shift2=random_array(kernel.bias_shape, 7))
-            run = kernel.bind(data, random_array(kernel.weight_shape, 1), random_array(kernel.output_shape, 2),
-                              **extra)
+            # Every argument the kernel was built with (data, weight, out and its epilogue's).
+            arrays = {name: random_array(shape, seed) for seed, (name, shape) in enumerate(kernel.arg_shapes.items())
+                      if shape is not None}
+            data = arrays["data"]
+            run = kernel.bind(**arrays)
             run()
             best = self.best.get(workload)
             once = math.inf

@@ -34,7 +34,8 @@ import numpy as np
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
-from graph_tuner.executor.fold import Step, activation_of, fold_affine, fold_into_conv, op_affine, plan_steps
+from graph_tuner.executor.fold import (Step, activation_of, fold_affine, fold_into_conv, op_affine, plan_steps,
+                                      step_epilogue)
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
 from graph_tuner.model import Model
@@ -232,11 +233,9 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     weight, bias = fold_into_conv(model, s, params)
     second = {}
     if s.affine is not None:
-        scale, shift, act2 = fold_affine(model, s.affine, params)
+        scale, shift, _ = fold_affine(model, s.affine, params)
         second = dict(scale2=scale, shift2=shift)
-    kernel = build_conv2d(w, config, bias=bias is not None, residual=s.residual is not None,
-                          activation=s.activation, affine_out=s.affine is not None,
-                          affine_activation=act2 if s.affine is not None else None)
+    kernel = build_conv2d(w, config, **step_epilogue(model, s))  # the epilogue the tuner timed it with
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
     data = read(conv.inputs[0], in_block).reshape(kernel.input_shape)

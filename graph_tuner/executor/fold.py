@@ -157,16 +157,17 @@ def conv_epilogues(model: Model, steps: list[Step] | None = None) -> dict[str, d
     >>> conv_epilogues(m)["c1"]
     {'bias': True, 'residual': True, 'activation': None, 'affine_out': True, 'affine_activation': 'relu'}
     """
-    out = {}
-    for s in plan_steps(model) if steps is None else steps:
-        if s.kind != "conv":
-            continue
-        conv = model.op(s.ops[0])
-        bias = "bias" in conv.weights or any(model.op(n).kind in _FOLDABLE for n in s.ops[1:])
-        out[conv.name] = dict(bias=bias, residual=s.residual is not None, activation=s.activation,
-                              affine_out=s.affine is not None,
-                              affine_activation=(_affine_chain(model, s.affine) or None) if s.affine else None)
-    return out
+    return {s.ops[0]: step_epilogue(model, s) for s in (plan_steps(model) if steps is None else steps)
+            if s.kind == "conv"}
+
+
+def step_epilogue(model: Model, s: Step) -> dict:
+    """A conv group's fused epilogue as :func:`kernels.conv2d.build_conv2d` keyword arguments."""
+    conv = model.op(s.ops[0])
+    bias = "bias" in conv.weights or any(model.op(n).kind in _FOLDABLE for n in s.ops[1:])
+    return dict(bias=bias, residual=s.residual is not None, activation=s.activation,
+                affine_out=s.affine is not None,
+                affine_activation=(_affine_chain(model, s.affine) or None) if s.affine else None)
 
 
 def plan_steps(model: Model, blocks: dict[str, int] | None = None,
