@@ -20,7 +20,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
 from graph_tuner.model import Model, load_model
 from graph_tuner.plan import Plan, read_choice
-from graph_tuner.records import read_records
+from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import build_problem, required_transforms
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
@@ -75,6 +75,7 @@ class GraphTuner:
             self.all_candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
             self.candidates = {name: cs[:top_k] for name, cs in self.all_candidates.items()}
             self.load_transform_records(self.log)
+            self.warnings += _foreign_cpu_warnings(self.log, records)
 
     # -- transform costs -------------------------------------------------------------
     def required_transforms(self) -> list:
@@ -312,6 +313,21 @@ def _solve(problem, solver: str, time_limit: float | None, notes: list[str]):
         raise GraphTunerError(
             "no feasible plan: every combination of candidates needs an impossible layout transform"
         ) from None
+
+def _foreign_cpu_warnings(log, records) -> list[str]:
+    """A warning when the x86 records were timed on other CPUs than this one: the plan is
+    then optimal for that machine's times, and ``run``'s prediction is that machine's."""
+    from kernels.jit import host_cpu
+
+    host = host_cpu().name
+    cpus = sorted({c for r in (*log.records, *log.transforms)
+                   if r.target_kind == "llvm" and (c := target_cpu(r.target)) and c != host})
+    if not cpus:
+        return []
+    where = f"{records}" if isinstance(records, (str, os.PathLike)) else "the records"
+    return [f"{where} were timed on {', '.join(cpus)}, not on this CPU ({host}): the plan is optimal "
+            f"for that machine; for this one, tune here first (graph-tuner tune MODEL -o LOG)"]
+
 
 def _simd_lanes() -> int:
     """Float lanes of the host's widest vector unit (16 with AVX-512, 8 with AVX2)."""

@@ -215,8 +215,13 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
     return out
 
 
-def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | None = None) -> tuple[Path, dict] | None:
-    """The newest readable results file in ``out_dir`` (names sort by time), other than ``exclude``."""
+def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | None = None,
+                     machine: dict | None = None) -> tuple[Path, dict] | None:
+    """The newest readable results file in ``out_dir`` (names sort by time), other than ``exclude``.
+
+    With ``machine``, only files measured on the same CPU with as many threads: another
+    machine's latencies are no baseline for a regression.
+    """
     folder = Path(out_dir)
     for path in sorted(folder.glob("*.json"), reverse=True):
         if exclude is not None and path.resolve() == Path(exclude).resolve():
@@ -225,7 +230,10 @@ def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | No
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and "models" in data:
+        if not (isinstance(data, dict) and "models" in data):
+            continue
+        theirs = data.get("machine") or {}
+        if machine is None or all(theirs.get(k) == machine.get(k) for k in ("cpu", "threads")):
             return path, data
     return None
 
@@ -328,16 +336,30 @@ def pytorch_runner(model, params: dict, x: np.ndarray, threads: int
 
 # -- the benchmark -------------------------------------------------------------------
 
-def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> Path:
-    """The shipped ``data/<name>.log``, else one tuned now into ``work_dir`` (resumable)."""
+def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[Path, str | None]:
+    """The log to plan with, and a note when it is not the shipped one.
+
+    The shipped ``data/<name>.log`` when it was tuned on this CPU; else one tuned now
+    into ``work_dir/<name>-<cpu>.log`` (resumable, so later runs reuse it): a plan made
+    from another machine's times, measured here, benchmarks that machine, not ours.
+    """
+    from graph_tuner.records import read_records, target_cpu
+    from graph_tuner.tuning import tune_model
+    from kernels.jit import host_cpu
+
+    host = host_cpu().name
     shipped = DATA_DIR / f"{name}.log"
     if shipped.exists():
-        return shipped
-    from graph_tuner.tuning import tune_model
-
-    path = work_dir / f"{name}.log"
+        log = read_records(shipped)
+        cpus = {target_cpu(r.target) for r in log.records}
+        if cpus == {host}:
+            return shipped, None
+        note = f"{shipped.name} was tuned on {', '.join(sorted(map(str, cpus)))}, this CPU is {host}: tuned here"
+    else:
+        note = f"no shipped log for {name}: tuned here"
+    path = work_dir / f"{name}-{host}.log"
     tune_model(name, path, trials=trials, progress=progress)
-    return path
+    return path, f"{note} ({path}, {trials} trials per workload)"
 
 
 # Pause between two runtimes' turns. A runtime's idle workers keep spinning after its last
@@ -392,12 +414,12 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     from kernels.threads import num_threads
 
     model = load_model(name)
-    log = tuning_log(name, work_dir, trials, progress)
+    log, log_note = tuning_log(name, work_dir, trials, progress)
     gt = GraphTuner(model, log, top_k=20)
     if gt.missing_transforms():
         gt.benchmark_layout_transforms(progress=progress)
     plans = {"graph_tuned": gt.solve()}
-    notes = list(plans["graph_tuned"].notes)
+    notes = ([log_note] if log_note else []) + list(plans["graph_tuned"].notes)
     for base in ("history_best", "default"):
         plans[base] = gt.baseline_plan(base)
         if plans[base] is None:
@@ -506,7 +528,7 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     for name in names:
         results["models"][name] = bench_model(name, work_dir=work, trials=trials, repeat=repeat, progress=progress,
                                               print_fn=print_fn)
-    prev = previous_results(folder, exclude=path)
+    prev = previous_results(folder, exclude=path, machine=results["machine"])
     regressions = find_regressions(results, prev[1]) if prev else []
     results["previous"] = str(prev[0]) if prev else None
     # Slower, but onnxruntime too (the host changed), or not our runtime: a note, not a regression.

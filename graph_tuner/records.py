@@ -167,6 +167,18 @@ def target_kind(target: str) -> str:
     return words[0] if words else ""
 
 
+def target_cpu(target: str) -> str | None:
+    """The ``-mcpu=`` of a target string, None without one.
+
+    >>> target_cpu("llvm -mcpu=znver3 -libs=cblas"), target_cpu("cuda")
+    ('znver3', None)
+    """
+    for word in target.split():
+        if word.startswith("-mcpu="):
+            return word[len("-mcpu="):]
+    return None
+
+
 class _BadRecord(ValueError):
     """A JSON object that is not a usable AutoTVM record; the message says why."""
 

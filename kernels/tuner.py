@@ -22,7 +22,8 @@ or at ``time_budget`` seconds, or when the space is exhausted):
    (exploration, so a wrong model cannot trap the search).
 
 Before there is data to fit, the model's place is taken by a prior
-(:func:`prior_log_time`): full vectors and ~16-24 accumulator registers are good.
+(:func:`prior_log_time`): full vectors and accumulators filling ~5/8 of the vector
+register file (20 on AVX-512, 10 on AVX2) are good.
 
 >>> from kernels.workload import Conv2DWorkload
 >>> w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
@@ -51,7 +52,7 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = [
     "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features",
-    "prior_log_time", "supported", "tune", "tuning_space",
+    "max_accumulators", "prior_log_time", "supported", "tune", "tuning_space",
 ]
 
 # TVM's MeasureErrorNo codes (autotvm/measure/measure.py), written into records as error_no.
@@ -60,7 +61,21 @@ COMPILE_HOST = 2  # LLVM failed
 RUNTIME_DEVICE = 4  # the kernel failed while running/timing
 UNKNOWN_ERROR = 8
 
-MAX_ACCUMULATORS = 28  # of AVX-512's 32 vector registers; more accumulators spill
+
+
+def vector_registers(lanes: int) -> int:
+    """Architectural vector registers at SIMD width ``lanes``: AVX-512 has 32, AVX2 and SSE 16."""
+    return 32 if lanes >= 16 else 16
+
+
+def max_accumulators(lanes: int) -> int:
+    """Accumulators a register tile can hold without spilling: 4 registers stay free for the
+    broadcast input, the weight vectors and addresses (28 of AVX-512's 32, 12 of AVX2's 16).
+
+    >>> max_accumulators(16), max_accumulators(8)
+    (28, 12)
+    """
+    return vector_registers(lanes) - 4
 
 
 class MeasureError(Exception):
@@ -149,7 +164,7 @@ def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16) ->
     l_ic, l_oc, l_acc = math.log2(config.ic_bn), math.log2(config.oc_bn), math.log2(acc)
     return np.array([
         l_ic, l_ic ** 2, l_oc, l_oc ** 2, math.log2(utilisation), l_acc, l_acc ** 2,
-        max(0, acc - MAX_ACCUMULATORS), waste, float(config.unroll_kw), float(config.oh_bn > 1),
+        max(0, acc - max_accumulators(lanes)), waste, float(config.unroll_kw), float(config.oh_bn > 1),
     ])
 
 
@@ -157,11 +172,13 @@ def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 
     """A guess (up to a constant) of log(time) before anything is measured.
 
     FMA throughput needs full vectors and enough independent accumulators to hide
-    latency (~16-24 on AVX-512) without spilling; tiny input blocks mean short inner loops.
+    latency without spilling: ~5/8 of the register file (20 of AVX-512's 32, 10 of AVX2's
+    16; two FMA pipes of latency 4 need 8 at least); tiny input blocks mean short inner loops.
     """
     acc, utilisation, waste = _tile(workload, config, lanes)
-    spill = max(0, acc - MAX_ACCUMULATORS)
-    return (-math.log(utilisation) + abs(math.log2(acc / 20)) * 0.5 + spill * 0.2 + waste
+    spill = max(0, acc - max_accumulators(lanes))
+    ideal = vector_registers(lanes) * 5 / 8
+    return (-math.log(utilisation) + abs(math.log2(acc / ideal)) * 0.5 + spill * 0.2 + waste
             + 0.3 * max(0.0, math.log2(min(8, lanes) / config.ic_bn)))
 
 

@@ -37,6 +37,40 @@ def test_previous_results_is_the_newest_other_readable_file(tmp_path):
     assert bench.previous_results(tmp_path, exclude=path)[0].name == "2026-01-01T000000.json"
 
 
+def test_previous_results_come_from_the_same_machine(tmp_path):
+    here = {"cpu": "znver3", "threads": 2, "lanes": 8}
+    for stamp, machine in [("2026-01-01T000000", here), ("2026-02-01T000000", {**here, "cpu": "rocketlake"}),
+                           ("2026-03-01T000000", {**here, "threads": 1})]:
+        (tmp_path / f"{stamp}.json").write_text(json.dumps({**_results(graph_tuned=1.0), "machine": machine}))
+    assert bench.previous_results(tmp_path, machine=here)[0].name == "2026-01-01T000000.json"
+    assert bench.previous_results(tmp_path, machine={**here, "cpu": "skylake"}) is None
+    assert bench.previous_results(tmp_path)[0].name == "2026-03-01T000000.json"
+
+
+@pytest.mark.parametrize("shipped_cpu", ["host", "other"])
+def test_the_shipped_log_is_used_only_on_the_cpu_it_was_tuned_on(tmp_path, monkeypatch, shipped_cpu):
+    from kernels.jit import host_cpu
+    from graph_tuner.records import make_conv2d_record, format_record
+    from kernels.workload import Conv2DWorkload
+    import graph_tuner.tuning as tuning
+
+    cpu = host_cpu().name if shipped_cpu == "host" else "not-" + host_cpu().name
+    data = tmp_path / "data"
+    data.mkdir()
+    rec = make_conv2d_record(Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1)), {"tile_ic": [-1, 8], "tile_oc": [-1, 8],
+                             "tile_ow": [-1, 4], "tile_oh": 1}, 0, [1e-3], f"llvm -mcpu={cpu}", timestamp=0.0)
+    (data / "m.log").write_text(format_record(rec) + "\n")
+    tuned = []
+    monkeypatch.setattr(bench, "DATA_DIR", data)
+    monkeypatch.setattr(tuning, "tune_model", lambda name, path, **kw: tuned.append((name, path, kw["trials"])))
+    log, note = bench.tuning_log("m", tmp_path / "work", trials=7, progress=False)
+    if shipped_cpu == "host":
+        assert (log, note, tuned) == (data / "m.log", None, [])
+    else:
+        assert log == tmp_path / "work" / f"m-{host_cpu().name}.log" and tuned == [("m", log, 7)]
+        assert cpu in note and host_cpu().name in note
+
+
 def test_bench_models_writes_results_chart_and_flags(tmp_path, monkeypatch):
     medians = iter([10.0, 11.0])  # second run: graph_tuned 10% slower
 

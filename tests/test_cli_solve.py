@@ -116,3 +116,15 @@ def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):
     tuned = set(load_model("resnet-18").conv_workloads())
     untuned = [i for i, w in enumerate(load_model("resnet-50").conv_workloads()) if w not in tuned]
     assert flagged == untuned and 0 < len(untuned) < 53
+
+
+def test_records_timed_on_another_cpu_draw_a_warning(tmp_path, transform_log):
+    from kernels.jit import host_cpu
+
+    host, out = host_cpu().name, tmp_path / "opt.log"
+    for cpu, warned in [("not-" + host, True), (host, False), (None, False)]:  # None: a target without -mcpu
+        log = tmp_path / f"{cpu}.log"
+        log.write_text(X86.read_text().replace("\u201cllvm\u201d", f"\u201cllvm -mcpu={cpu}\u201d" if cpu else "\u201cllvm\u201d"))
+        p = run("solve", "resnet-18", "--records", log, "--transform-records", transform_log, "-o", out)
+        assert p.returncode == 0, p.stderr
+        assert (f"timed on not-{host}, not on this CPU ({host})" in p.stderr) == warned, p.stderr

@@ -126,6 +126,23 @@ def test_guided_search_finds_a_near_optimal_config():
     assert result.best.seconds <= all_times[len(all_times) // 50]
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_prior_keeps_the_register_tile_within_the_register_file(lanes):
+    # AVX2's 16 ymm registers hold a third of the accumulators AVX-512's 32 zmm do: the
+    # prior's favourite tile must fit the host's file (28 accumulators spill on AVX2).
+    from kernels.config import Conv2DConfig
+    from kernels.tuner import max_accumulators, prior_log_time
+
+    space = tuning_space(W3)
+    best = min((space.config(i) for i in range(len(space))), key=lambda c: prior_log_time(W3, c, lanes))
+    acc = best.ow_bn * best.oh_bn * math.ceil(best.oc_bn / lanes)
+    assert acc <= max_accumulators(lanes)
+    assert best.oc_bn % lanes == 0  # full vectors
+    fits, spills = Conv2DConfig(16, 16, 7), Conv2DConfig(16, 16, 14)  # 14 / 28 accumulators on AVX2
+    assert prior_log_time(W3, fits, 8) < prior_log_time(W3, spills, 8)
+    assert prior_log_time(W3, spills, 16) < prior_log_time(W3, fits, 16)  # 7 / 14 on AVX-512: 14 is nearer 20
+
+
 def test_depthwise_only_tries_aligned_blocks():
     w = Conv2DWorkload((1, 16, 8, 8), (16, 1, 3, 3), padding=(1, 1, 1, 1), groups=16)
     result = tune(w, trials=10_000, measure=landscape, lanes=16)

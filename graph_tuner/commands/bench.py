@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         for note in entry["notes"]:
             print(f"note: {model}: {note}")
     if results["previous"] is None:
-        print("no previous results in the folder: nothing to compare")
+        print("no previous results from this CPU and thread count in the folder: nothing to compare")
     for r in results["regressions"]:
         print(f"REGRESSION (> 5% slower than {results['previous']}): {r}")
     for r in results.get("machine_slower", []):
