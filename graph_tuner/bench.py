@@ -32,7 +32,6 @@ from graph_tuner.errors import GraphTunerError
 
 REGRESSION_THRESHOLD = 0.05
 OUR_PLANS = ("graph_tuned", "history_best", "default")
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 
 @dataclass
@@ -339,24 +338,20 @@ def pytorch_runner(model, params: dict, x: np.ndarray, threads: int
 def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[Path, str | None]:
     """The log to plan with, and a note when it is not the shipped one.
 
-    The shipped ``data/<name>.log`` when it was tuned on this CPU; else one tuned now
+    The shipped ``data/<cpu>/<name>.log`` of this CPU; else one tuned now
     into ``work_dir/<name>-<cpu>.log`` (resumable, so later runs reuse it): a plan made
     from another machine's times, measured here, benchmarks that machine, not ours.
     """
-    from graph_tuner.records import read_records, target_cpu
+    from graph_tuner.shipped import shipped_logs
     from graph_tuner.tuning import tune_model
     from kernels.jit import host_cpu
 
     host = host_cpu().name
-    shipped = DATA_DIR / f"{name}.log"
-    if shipped.exists():
-        log = read_records(shipped)
-        cpus = {target_cpu(r.target) for r in log.records}
-        if cpus == {host}:
-            return shipped, None
-        note = f"{shipped.name} was tuned on {', '.join(sorted(map(str, cpus)))}, this CPU is {host}: tuned here"
-    else:
-        note = f"no shipped log for {name}: tuned here"
+    shipped = shipped_logs(name)
+    if host in shipped:
+        return shipped[host], None
+    note = (f"no shipped log for {name} tuned on this CPU ({host}; shipped: {', '.join(shipped) or 'none'}): "
+            "tuned here")
     path = work_dir / f"{name}-{host}.log"
     tune_model(name, path, trials=trials, progress=progress)
     return path, f"{note} ({path}, {trials} trials per workload)"

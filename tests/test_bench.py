@@ -53,19 +53,20 @@ def test_the_shipped_log_is_used_only_on_the_cpu_it_was_tuned_on(tmp_path, monke
     from graph_tuner.records import make_conv2d_record, format_record
     from kernels.workload import Conv2DWorkload
     import graph_tuner.tuning as tuning
+    from graph_tuner import shipped
 
     cpu = host_cpu().name if shipped_cpu == "host" else "not-" + host_cpu().name
     data = tmp_path / "data"
-    data.mkdir()
+    (data / cpu).mkdir(parents=True)
     rec = make_conv2d_record(Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1)), {"tile_ic": [-1, 8], "tile_oc": [-1, 8],
                              "tile_ow": [-1, 4], "tile_oh": 1}, 0, [1e-3], f"llvm -mcpu={cpu}", timestamp=0.0)
-    (data / "m.log").write_text(format_record(rec) + "\n")
+    (data / cpu / "m.log").write_text(format_record(rec) + "\n")
     tuned = []
-    monkeypatch.setattr(bench, "DATA_DIR", data)
+    monkeypatch.setattr(shipped, "DATA_DIR", data)
     monkeypatch.setattr(tuning, "tune_model", lambda name, path, **kw: tuned.append((name, path, kw["trials"])))
     log, note = bench.tuning_log("m", tmp_path / "work", trials=7, progress=False)
     if shipped_cpu == "host":
-        assert (log, note, tuned) == (data / "m.log", None, [])
+        assert (log, note, tuned) == (data / cpu / "m.log", None, [])
     else:
         assert log == tmp_path / "work" / f"m-{host_cpu().name}.log" and tuned == [("m", log, 7)]
         assert cpu in note and host_cpu().name in note

@@ -90,7 +90,7 @@ def test_malformed_log_names_file_and_line(tmp_path):
 
 
 def test_main_job_uses_the_shipped_log(tmp_path):
-    """The README's main command: no --records, the shipped data/resnet-18.log."""
+    """The README's main command: no --records, the shipped data/<cpu>/resnet-18.log."""
     env = {**__import__("os").environ, "GRAPH_TUNER_CACHE_DIR": str(tmp_path / "cache")}
     p = subprocess.run([sys.executable, "-m", "graph_tuner", "solve", "resnet-18", "--no-progress"],
                        capture_output=True, text=True, cwd=tmp_path, env=env)
@@ -103,7 +103,7 @@ def test_main_job_uses_the_shipped_log(tmp_path):
 def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):
     """ResNet-50 from a ResNet-18 log: only the stem is tuned; the rest fall back."""
     out = tmp_path / "r50.opt.log"
-    shipped = Path(__file__).parents[1] / "data" / "resnet-18.log"
+    shipped = Path(__file__).parents[1] / "data" / "rocketlake" / "resnet-18.log"
     p = run("solve", "resnet-50", "--records", shipped, "--fallback", "--estimate-transforms",
             "--transform-records", shipped, "-o", out)
     assert p.returncode == 0, p.stderr

@@ -10,8 +10,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
         help="end-to-end latency: graph-tuned vs history-best vs default plans vs onnxruntime",
-        description="For each MODEL (default resnet-18): take the shipped tuning log (data/MODEL.log) or tune "
-        "one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
+        description="For each MODEL (default resnet-18): take the tuning log shipped for this CPU "
+        "(data/CPU/MODEL.log) or tune one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
         "onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
         "and a PNG chart, and flags medians more than 5% slower than the previous results file in OUT.",
     )

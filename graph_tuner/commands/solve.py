@@ -8,9 +8,6 @@ from pathlib import Path
 from graph_tuner.commands import positive_int
 from graph_tuner.errors import GraphTunerError
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "solve",
@@ -20,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(x86: one per conv layer, in conv order; cuda: the best per distinct workload).",
     )
     p.add_argument("model", help="zoo name (see `graph-tuner models`) or an .onnx file")
-    p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log (default: the log shipped in data/ for zoo models)")
+    p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log (default: for zoo models, the log shipped in data/ for this CPU, else another CPU's)")
     p.add_argument("--target", default="llvm", help="'llvm ...' (x86, default) or 'cuda ...'")
     p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
     p.add_argument("--solver", choices=("dp", "ilp", "pbqp"), default="dp", help="default dp (exact; falls back to ilp if its table cap is hit)")
@@ -38,11 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def default_records(model: str) -> Path:
-    path = DATA_DIR / f"{model}.log"
-    if not path.exists():
-        shipped = sorted(p.stem for p in DATA_DIR.glob("*.log"))
+    from graph_tuner.shipped import shipped_log, shipped_models
+
+    path = shipped_log(model)
+    if path is None:
         raise GraphTunerError(
-            f"no shipped tuning log for '{model}' (shipped: {', '.join(shipped) or 'none'}); "
+            f"no shipped tuning log for '{model}' (shipped: {', '.join(shipped_models()) or 'none'}); "
             f"pass --records LOG or tune first: graph-tuner tune {model} -o {model}.log"
         )
     return path

@@ -1,0 +1,34 @@
+"""The tuning logs shipped in ``data/``, one folder per CPU they were tuned on.
+
+``data/<cpu>/<model>.log``, where ``<cpu>`` is LLVM's name for the CPU (the records'
+``-mcpu=``, e.g. ``rocketlake``, ``znver3``). A log's kernel and transform times are that
+machine's: a plan solved from them is optimal there, so the main job prefers the log of
+the CPU it runs on.
+
+>>> sorted(shipped_logs("resnet-18"))  # doctest: +SKIP
+['rocketlake', 'znver3']
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+def shipped_logs(model: str) -> dict[str, Path]:
+    """``{cpu: path}`` of the shipped logs of ``model``."""
+    return {p.parent.name: p for p in sorted(DATA_DIR.glob(f"*/{model}.log"))}
+
+
+def shipped_models() -> list[str]:
+    """The models some shipped log covers."""
+    return sorted({p.stem for p in DATA_DIR.glob("*/*.log")})
+
+
+def shipped_log(model: str) -> Path | None:
+    """The shipped log of ``model`` tuned on this CPU; failing that, another CPU's (whose
+    times are that machine's: ``GraphTuner`` warns about it)."""
+    from kernels.jit import host_cpu
+
+    logs = shipped_logs(model)
+    return logs.get(host_cpu().name) or next(iter(logs.values()), None)
