@@ -21,6 +21,16 @@ A two-way split lists inner factors in the order AutoTVM's ``SplitSpace`` builds
   ``conv2d_NCHWc.x86`` (TVM >= 0.7) uses it; e.g. out_width 112 gives
   ``[32, 1, 2, 64, 4, 7, 8, 14, 16, 56, 28]`` after the <= 64 filter.
 
+Beyond AutoTVM: :func:`tuning_space` appends to ``conv2d_NCHWc.x86``'s space the same
+knobs with ``tile_ow`` widths 3..16 it lacks (:func:`extra_tile_space`), at indices from
+``len(AutoTVM's space)`` on. AutoTVM's widths are divisors and powers of two: on AVX2 (16
+vector registers) output widths 56, 28 and 14 then allow register tiles of at most 8
+accumulators (2 vectors x 4), and two FMA pipes of latency 4 need 8 in flight at the
+very least. A 2 x 5 tile ran ResNet-18's 3x3 convs 8-13% faster on an AVX2 EPYC
+(benchmarks/README.md). Our kernels take any width (a tail tile covers the rest), and so
+does TVM's template (its split by ``reg_n`` leaves a guarded tail): TVM applies such a
+record by its entity; only its index has no meaning there.
+
 Checked against real logs: every x86 record in the seed logs (TVM 0.6, ``factors``;
 the 2018 RFC log, ``factors``, ``[outer, inner]`` entities) and TVM 0.10 records
 (``verbose``) round-trip index <-> entity (tests/test_config_space.py).
@@ -181,6 +191,68 @@ class ConfigSpace:
         return entity_config(index_or_entity)
 
 
+class ConcatSpace:
+    """Config spaces with the same knobs, one after another: index ``len(first) + j`` is
+    config ``j`` of the second. An entity belongs to the first space that holds it.
+
+    >>> a = ConfigSpace([Knob("a", "ot", (0, 1))])
+    >>> s = ConcatSpace(a, ConfigSpace([Knob("a", "ot", (2, 3, 4))]))
+    >>> len(s), s.entity(3), s.index({"a": 4}), s.index({"a": 1})
+    (5, {'a': 3}, 4, 1)
+    """
+
+    def __init__(self, *spaces: ConfigSpace):
+        if len({sp.names for sp in spaces}) != 1:
+            raise ValueError("concatenated spaces must have the same knobs")
+        self.spaces = spaces
+
+    def __len__(self) -> int:
+        return sum(len(sp) for sp in self.spaces)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self)))
+
+    def __repr__(self) -> str:
+        return " + ".join(map(repr, self.spaces))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.spaces[0].names
+
+    def _locate(self, index: int) -> tuple[ConfigSpace, int]:
+        if index >= 0:
+            for sp in self.spaces:
+                if index < len(sp):
+                    return sp, index
+                index -= len(sp)
+        raise IndexError(f"config index {index} out of range for a space of {len(self)}")
+
+    def entity(self, index: int) -> dict[str, Any]:
+        sp, i = self._locate(index)
+        return sp.entity(i)
+
+    def entity_list(self, index: int) -> list[list]:
+        sp, i = self._locate(index)
+        return sp.entity_list(i)
+
+    def index(self, entity: Mapping[str, Any] | Sequence[Sequence]) -> int:
+        offset, errors = 0, []
+        for sp in self.spaces:
+            try:
+                return offset + sp.index(entity)
+            except ValueError as e:
+                errors.append(str(e))
+            offset += len(sp)
+        raise ValueError(errors[0])
+
+    def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
+        if isinstance(index_or_entity, int):
+            index_or_entity = self.entity(index_or_entity)
+        else:
+            self.index(index_or_entity)
+        return entity_config(index_or_entity)
+
+
 def _entity_dict(entity: Mapping[str, Any] | Sequence[Sequence]) -> dict[str, Any]:
     if isinstance(entity, Mapping):
         return dict(entity)
@@ -229,6 +301,34 @@ def conv2d_space(workload: Conv2DWorkload, tile_ow_policy: str = "verbose") -> C
     else:
         knobs.append(Knob("unroll_kw", "ot", (True, False)))
     return ConfigSpace(knobs)
+
+
+EXTRA_OW_BLOCKS = range(3, 17)  # register tile widths (see the module doc)
+
+
+def extra_tile_space(workload: Conv2DWorkload) -> ConfigSpace:
+    """``conv2d_NCHWc.x86``'s knobs with the ``tile_ow`` widths in 3..16 (at most the
+    output width) that AutoTVM's own space lacks.
+
+    >>> extra_tile_space(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))).knobs[2].values
+    (3, 5, 6, 9, 10, 11, 12, 13, 15)
+    """
+    base = conv2d_space(workload, "verbose")
+    ow = base.knobs[2]
+    extra = tuple(w for w in EXTRA_OW_BLOCKS if w <= workload.out_width and w not in ow.values)
+    return ConfigSpace([*base.knobs[:2], Knob("tile_ow", "sp", extra, ow.length), *base.knobs[3:]])
+
+
+def tuning_space(workload: Conv2DWorkload) -> ConfigSpace | ConcatSpace:
+    """The space we tune and whose indices our records use: AutoTVM's ``conv2d_NCHWc.x86``
+    space (same indices) followed by :func:`extra_tile_space`; depthwise: AutoTVM's.
+
+    >>> tuning_space(Conv2DWorkload((1, 64, 56, 56), (64, 64, 1, 1)))
+    ConfigSpace(tile_ic:7, tile_oc:7, tile_ow:10, tile_oh:2; len=980) + ConfigSpace(tile_ic:7, tile_oc:7, tile_ow:9, tile_oh:2; len=882)
+    """
+    if workload.is_depthwise:
+        return depthwise_conv2d_space(workload)
+    return ConcatSpace(conv2d_space(workload, "verbose"), extra_tile_space(workload))
 
 
 def depthwise_conv2d_space(workload: Conv2DWorkload) -> ConfigSpace:

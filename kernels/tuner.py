@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.config_space import ConfigSpace, conv2d_space, depthwise_conv2d_space, fallback_config
+from kernels.config_space import ConfigSpace, ConcatSpace, fallback_config, tuning_space
 from kernels.conv2d import supported  # the codegen's own checks: the tuner never tries what cannot build
 from kernels.workload import Conv2DWorkload
 
@@ -109,7 +109,7 @@ class TuneResult:
     """The measurements of one :func:`tune` call (not those passed in as ``measured``)."""
 
     workload: Conv2DWorkload
-    space: ConfigSpace
+    space: ConfigSpace | ConcatSpace
     measurements: list[Measurement] = field(default_factory=list)
     previous: dict[int, float | None] = field(default_factory=dict)  # index -> seconds from earlier runs
     unsupported: int = 0  # configs of the space the codegen cannot build (never tried)
@@ -134,15 +134,6 @@ class TuneResult:
     @property
     def errors(self) -> int:
         return sum(not m.ok for m in self.measurements)
-
-
-def tuning_space(workload: Conv2DWorkload) -> ConfigSpace:
-    """The AutoTVM space whose indices our records use: ``conv2d_NCHWc.x86`` or its depthwise twin.
-
-    >>> tuning_space(Conv2DWorkload((1, 64, 56, 56), (64, 64, 1, 1)))
-    ConfigSpace(tile_ic:7, tile_oc:7, tile_ow:10, tile_oh:2; len=980)
-    """
-    return depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload, "verbose")
 
 
 def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, float, float]:
@@ -268,7 +259,10 @@ def tune(
         pred = predicted()
         have = measured_pairs()
         if len(have) < min_pairs:
-            open_pairs = [i for i in unmeasured if (configs[i].ic_bn, configs[i].oc_bn) not in have]
+            # A pair whose config failed is tried: another of its configs would likely fail
+            # too (a refused block size), and the guided search can still come back to it.
+            tried = {(configs[i].ic_bn, configs[i].oc_bn) for i in seconds}
+            open_pairs = [i for i in unmeasured if (configs[i].ic_bn, configs[i].oc_bn) not in tried]
             if open_pairs:
                 def pair_rank(i: int) -> tuple:
                     c = configs[i]
@@ -306,7 +300,7 @@ def tune(
     return result
 
 
-def _entity_of(config: Conv2DConfig, space: ConfigSpace) -> dict:
+def _entity_of(config: Conv2DConfig, space: ConfigSpace | ConcatSpace) -> dict:
     """The entity of ``config`` in ``space`` (inverse of ``ConfigSpace.config``)."""
     entity = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
     if "tile_oh" in space.names:
@@ -316,7 +310,7 @@ def _entity_of(config: Conv2DConfig, space: ConfigSpace) -> dict:
     return entity
 
 
-def _run(measure, workload: Conv2DWorkload, space: ConfigSpace, index: int, config: Conv2DConfig) -> Measurement:
+def _run(measure, workload: Conv2DWorkload, space: ConfigSpace | ConcatSpace, index: int, config: Conv2DConfig) -> Measurement:
     t0 = time.perf_counter()
     entity = space.entity_list(index)
     try:
@@ -399,6 +393,6 @@ class KernelTimer:
         return seconds
 
 
-def indices_of(space: ConfigSpace, configs: Iterable[Conv2DConfig]) -> list[int]:
+def indices_of(space: ConfigSpace | ConcatSpace, configs: Iterable[Conv2DConfig]) -> list[int]:
     """Space indices of configs (handy for tests and seeding)."""
     return [space.index(_entity_of(c, space)) for c in configs]

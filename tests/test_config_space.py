@@ -155,3 +155,22 @@ def test_random_spaces_round_trip(w, policy, data):
 def test_knob_value_types():
     k = Knob("unroll_kw", "ot", (True, False))
     assert k.position(False) == 1 and k.value(0) is True
+
+
+@pytest.mark.parametrize("workload", [LAYER1, LAYER2, Conv2DWorkload((1, 64, 56, 56), (64, 64, 1, 1)),
+                                      Conv2DWorkload((1, 8, 1, 1), (8, 8, 1, 1))])
+def test_tuning_space_is_autotvms_followed_by_the_extra_tile_widths(workload):
+    from kernels.config_space import tuning_space
+
+    tvm, ours = conv2d_space(workload, "verbose"), tuning_space(workload)
+    for i in range(len(tvm)):  # AutoTVM's indices keep their meaning
+        assert ours.entity(i) == tvm.entity(i) and ours.index(tvm.entity(i)) == i
+    extra = range(len(tvm), len(ours))
+    widths = {ours.config(i).ow_bn for i in extra}
+    assert widths == set(range(3, 17)) - set(tvm.knobs[2].values) - set(range(workload.out_width + 1, 17))
+    for i in extra:  # every extra config round-trips and is new
+        assert ours.index(ours.entity_list(i)) == i
+        with pytest.raises(ValueError):
+            tvm.index(ours.entity(i))
+    with pytest.raises(IndexError):
+        ours.entity(len(ours))

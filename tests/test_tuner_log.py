@@ -8,7 +8,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import read_records
 from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, transform_keys,
                                 tune_workloads)
-from kernels.config_space import task_space
+from kernels.config_space import task_space, tuning_space
 from kernels.tuner import INSTANTIATION_ERROR, MeasureError
 from kernels.workload import Conv2DWorkload
 
@@ -42,8 +42,11 @@ def test_records_parse_and_feed_layer_candidates(tmp_path):
         again = idx[12:]
         assert set(again) <= set(idx[:12]) and len(set(again)) == 5
     assert {r.task_name for r in records} == {"conv2d_NCHWc.x86"} and {r.target for r in records} == {host_target()}
-    for r in records:  # index and entity agree in AutoTVM's conv2d_NCHWc.x86 space
-        assert task_space("conv2d_NCHWc.x86", r.workload).entity(r.config_index) == r.entity
+    for r in records:  # index and entity agree in our space, and in AutoTVM's where it has them
+        tvm = task_space("conv2d_NCHWc.x86", r.workload)
+        assert tuning_space(r.workload).entity(r.config_index) == r.entity
+        if r.config_index < len(tvm):
+            assert tvm.entity(r.config_index) == r.entity
     cands = layer_candidates([W3, W1, W3], read_records(log), target=host_target())
     assert all(len(c) >= 8 for c in cands)
     for w, c in zip([W3, W1], cands):  # the default (fallback) layouts are among the candidates

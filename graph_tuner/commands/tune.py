@@ -8,7 +8,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "tune", help="tune a model's conv kernels into an AutoTVM log",
         description="For every distinct conv workload of MODEL, search AutoTVM's conv2d_NCHWc.x86 config "
-                    "space on this CPU and append one record per measurement to LOG (flushed line by line; "
+                    "space (plus register-tile widths 3-16 it lacks) on this CPU and append one record per measurement to LOG (flushed line by line; "
                     "a rerun resumes where a run stopped), then append the layout transforms the model "
                     "can need. The log is readable by TVM and by `graph-tuner solve`.")
     p.add_argument("model", metavar="MODEL", help="a zoo model name (see `graph-tuner models`) or an .onnx file")
