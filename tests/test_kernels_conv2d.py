@@ -266,3 +266,17 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
         np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-4)
     finally:
         conv.build_conv2d.cache_clear()
+
+
+@pytest.mark.parametrize("ow_bn,nthreads", [(5, None), (3, 1), (7, 2)])
+def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
+    """Tiles run across row ends (49 pixels as 9 tiles of 5 and a tail of 4), epilogue included."""
+    from kernels.conv2d import plane_as_row
+
+    wl = Conv2DWorkload((1, 16, 7, 7), (64, 16, 1, 1))
+    cfg = Conv2DConfig(8, 4, ow_bn)
+    assert plane_as_row(wl, cfg, threads=2).data_shape == (1, 16, 1, 49)
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads)
+    # Few output channel blocks: items split rows, so the plane keeps its rows.
+    assert plane_as_row(wl, Conv2DConfig(8, 32, ow_bn), threads=2) == wl
+    run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
