@@ -46,18 +46,20 @@ def divisors(n: int) -> list[int]:
 
 
 def sweep(wl: Conv2DWorkload, lanes: int, quick: bool) -> list[Conv2DConfig]:
-    """A small set of good schedules: oc_bn multiples of the lanes, register tiles of ~8-28 vectors."""
+    """A small set of good schedules: oc_bn multiples of the lanes, register tiles of 4 vectors
+    up to what the register file holds (the tuning space's widths: any up to 16, divisors beyond)."""
     oc_bns = [b for b in (lanes, 2 * lanes, 4 * lanes) if wl.out_channels % b == 0]
     ic_bns = [b for b in (3, 8, 16, 32, 64) if wl.in_channels % b == 0][-3:] or [wl.in_channels]
-    ow = wl.out_width
+    ow, most = wl.out_width, max_accumulators(lanes)
     configs = []
     for oc_bn, ic_bn in itertools.product(oc_bns, ic_bns):
         vecs = oc_bn // lanes
-        ow_bns = sorted({d for d in divisors(ow) if 4 <= d * vecs <= 28} | {min(ow, 28 // vecs)})
+        widths = set(range(1, min(ow, 16) + 1)) | set(divisors(ow))
+        ow_bns = sorted(d for d in widths if 4 <= d * vecs <= most)
         for ow_bn in ow_bns:
             if wl.is_1x1:
                 for oh_bn in (1, 2):
-                    if ow_bn * oh_bn * vecs <= 28:
+                    if ow_bn * oh_bn * vecs <= most:
                         configs.append(Conv2DConfig(ic_bn, oc_bn, ow_bn, False, oh_bn))
             else:
                 configs += [Conv2DConfig(ic_bn, oc_bn, ow_bn, u) for u in (True, False)]
