@@ -7,6 +7,9 @@ count), all through :func:`kernels.timing.measure`. Also: the host's FMA peak an
 layout-transform bandwidth on ResNet-18 tensors.
 
     /work/venv/bin/python benchmarks/bench_kernels.py [--quick] [--min-repeat-ms 50]
+
+``--plan OPT.LOG`` times a graph-tuned log's configs instead of a sweep (any model: one
+row per distinct workload, with its layer count), and sums both sides over the layers.
 """
 from __future__ import annotations
 
@@ -154,26 +157,47 @@ def fma_peak(threads: int) -> float:
     return items * iters * accs * lanes * 2 / best / 1e9
 
 
+def sweep_items():
+    """ResNet-18's workloads, each to be swept: ``(workload, 1, None)``."""
+    for data, kernel, strides, pad in RESNET18:
+        yield Conv2DWorkload(data, kernel, strides=strides, padding=pad), 1, None
+
+
+def plan_configs(path: str):
+    """``(workload, layers, config)`` per distinct workload of a graph-tuned log (first layer's config)."""
+    from graph_tuner.records import read_records
+    from kernels.config_space import entity_config
+
+    rows: dict = {}
+    for rec in read_records(path).records:
+        wl = rec.workload
+        rows[wl] = (rows[wl][0] + 1, rows[wl][1]) if wl in rows else (1, entity_config(rec.entity))
+    for wl, (count, cfg) in rows.items():
+        yield wl, count, cfg
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="every third config of the sweep")
     p.add_argument("--min-repeat-ms", type=float, default=40.0)
     p.add_argument("--rounds", type=int, default=3, help="alternating ours/onnxruntime timing rounds")
+    p.add_argument("--plan", metavar="OPT.LOG", help="time a graph-tuned log's configs instead of sweeping ResNet-18's")
     args = p.parse_args(argv)
     cpu, threads = host_cpu(), num_threads()
     print(f"host {cpu.name}, {cpu.lanes} float lanes, {threads} threads")
     print(f"FMA peak: 1 thread {fma_peak(1):.0f} GFLOP/s, {threads} threads {fma_peak(threads):.0f} GFLOP/s")
     print(f"{'workload':44s} {'best config':34s} {'ours ms':>8s} {'GF/s':>6s} {'ort ms':>8s} {'GF/s':>6s} "
           f"{'ours/ort':>8s} {'torch':>7s}")
-    ratios, torch_ratios = [], []
-    for data, kernel, strides, pad in RESNET18:
-        wl = Conv2DWorkload(data, kernel, strides=strides, padding=pad)
-        best = None
-        for cfg in sweep(wl, cpu.lanes, args.quick):
-            t = time_ours(wl, cfg, args.min_repeat_ms / 4)  # screen quickly, re-time the winner below
-            if best is None or t.median_s < best[1]:
-                best = (cfg, t.median_s)
-        cfg = best[0]
+    ratios, torch_ratios, sums = [], [], [0.0, 0.0]
+    for wl, count, cfg in plan_configs(args.plan) if args.plan else sweep_items():
+        data, kernel, strides = wl.data_shape, wl.kernel_shape, wl.strides
+        if cfg is None:
+            best = None
+            for c in sweep(wl, cpu.lanes, args.quick):
+                t = time_ours(wl, c, args.min_repeat_ms / 4)  # screen quickly, re-time the winner below
+                if best is None or t.median_s < best[1]:
+                    best = (c, t.median_s)
+            cfg = best[0]
         # Alternate ours and onnxruntime for a few rounds and keep each one's best median:
         # on a shared 2-core machine other processes' load comes and goes.
         ours = ort_t = math.inf
@@ -182,14 +206,18 @@ def main(argv=None) -> None:
             ort_t = min(ort_t, time_onnxruntime(wl, args.min_repeat_ms).median_s)
         torch_t = time_torch(wl, args.min_repeat_ms)
         ratios.append(ort_t / ours)
+        sums[0] += count * ours
+        sums[1] += count * ort_t
         if torch_t is not None:
             torch_ratios.append(torch_t.median_s / ours)
-        name = f"{data[1:]} {kernel[0]}x{kernel[2]}x{kernel[3]} s{strides[0]}"
+        name = f"{data[1:]} {kernel[0]}x{kernel[2]}x{kernel[3]} s{strides[0]}" + (f" x{count}" if count > 1 else "")
         c = f"ic{cfg.ic_bn} oc{cfg.oc_bn} ow{cfg.ow_bn} " + (f"oh{cfg.oh_bn}" if wl.is_1x1 else f"ukw{int(cfg.unroll_kw)}")
         gf = wl.flops / 1e9
         print(f"{name:44s} {c:34s} {ours * 1e3:8.3f} {gf / ours:6.0f} {ort_t * 1e3:8.3f} {gf / ort_t:6.0f} "
               f"{ort_t / ours:7.2f}x {'-' if torch_t is None else f'{torch_t.median_s / ours:.2f}x':>7s}")
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    if args.plan:
+        print(f"over the plan's layers: ours {sums[0] * 1e3:.2f} ms, onnxruntime {sums[1] * 1e3:.2f} ms")
     print(f"geometric mean speed-up vs onnxruntime: {geo:.2f}x" +
           (f"; vs torch {math.exp(sum(map(math.log, torch_ratios)) / len(torch_ratios)):.2f}x" if torch_ratios
            else "; torch not importable: skipped"))
