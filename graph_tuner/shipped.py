@@ -5,7 +5,7 @@
 machine's: a plan solved from them is optimal there, so the main job prefers the log of
 the CPU it runs on.
 
->>> sorted(shipped_logs("resnet-18"))  # doctest: +SKIP
+>>> sorted(shipped_logs("resnet-18"))
 ['rocketlake', 'znver3']
 """
 from __future__ import annotations
