@@ -47,7 +47,7 @@ import numpy as np
 
 from kernels.config import Conv2DConfig
 from kernels.config_space import ConfigSpace, ConcatSpace, fallback_config, tuning_space
-from kernels.conv2d import supported  # the codegen's own checks: the tuner never tries what cannot build
+from kernels.conv2d import plane_as_row, supported  # supported: the codegen's own checks, never try what cannot build
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
@@ -140,7 +140,7 @@ def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, f
     """(accumulator registers, lane utilisation, fraction of wasted columns) of a register tile."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    ow = workload.out_width
+    ow = plane_as_row(workload, c).out_width  # a 1x1 plane the kernel runs as one row has one tail
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
     return c.ow_bn * c.oh_bn * vectors, utilisation, waste
 

@@ -195,3 +195,12 @@ def test_kernel_timer_times_the_fused_epilogue(monkeypatch):
     assert built == [epilogue]
     assert tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2)(w, Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=4)) > 0
     assert built[-1] == {}
+
+
+def test_tail_waste_counts_a_plane_run_as_one_row():
+    from kernels.config import Conv2DConfig
+    from kernels.tuner import _tile
+
+    w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))  # 128 output blocks: one row of 49 pixels
+    assert _tile(w, Conv2DConfig(16, 16, 5), 8)[2] == pytest.approx(1 / 49)  # 10 tiles of 5 cover 50
+    assert _tile(w, Conv2DConfig(16, 16, 5, oh_bn=2), 8)[2] == pytest.approx(3 / 7)  # rows of 7: 2 tiles cover 10
