@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from kernels import Conv2DConfig, Conv2DWorkload, build_conv2d, build_transform, measure, num_threads, random_array
+from kernels.config_space import divisors
 from kernels.jit import IRFunction, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.tuner import max_accumulators
@@ -42,10 +43,6 @@ RESNET18 = [
     ((1, 256, 14, 14), (512, 256, 1, 1), (2, 2), P0),
     ((1, 512, 7, 7), (512, 512, 3, 3), (1, 1), P1),
 ]
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def sweep(wl: Conv2DWorkload, lanes: int, quick: bool) -> list[Conv2DConfig]:

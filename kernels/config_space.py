@@ -47,6 +47,7 @@ Conv2DConfig(ic_bn=1, oc_bn=32, ow_bn=1, unroll_kw=False, oh_bn=1)
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -121,7 +122,32 @@ class Knob:
         raise ValueError(f"{self.name}={value!r} is not in the space {list(self.values)}")
 
 
-class ConfigSpace:
+class Space:
+    """What every config space offers on top of ``len``, ``entity`` and ``index``."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def entity(self, index: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def index(self, entity: Mapping[str, Any] | Sequence[Sequence]) -> int:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[int]:
+        """All indices, in order."""
+        return iter(range(len(self)))
+
+    def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
+        """The kernel schedule (inner factors and options) of a config."""
+        if isinstance(index_or_entity, int):
+            index_or_entity = self.entity(index_or_entity)
+        else:
+            self.index(index_or_entity)  # validates it belongs to this space
+        return entity_config(index_or_entity)
+
+
+class ConfigSpace(Space):
     """A product of knobs with AutoTVM's index math (first knob varies fastest).
 
     >>> s = ConfigSpace([Knob("a", "ot", (0, 1, 2)), Knob("b", "ot", (True, False))])
@@ -134,10 +160,6 @@ class ConfigSpace:
 
     def __len__(self) -> int:
         return math.prod(len(k) for k in self.knobs)
-
-    def __iter__(self) -> Iterator[int]:
-        """All indices, in order."""
-        return iter(range(len(self)))
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k.name}:{len(k)}" for k in self.knobs)
@@ -182,16 +204,8 @@ class ConfigSpace:
             index = index * len(k) + k.position(values[k.name])
         return index
 
-    def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
-        """The kernel schedule (inner factors and options) of a config."""
-        if isinstance(index_or_entity, int):
-            index_or_entity = self.entity(index_or_entity)
-        else:
-            self.index(index_or_entity)  # validates it belongs to this space
-        return entity_config(index_or_entity)
 
-
-class ConcatSpace:
+class ConcatSpace(Space):
     """Config spaces with the same knobs, one after another: index ``len(first) + j`` is
     config ``j`` of the second. An entity belongs to the first space that holds it.
 
@@ -208,9 +222,6 @@ class ConcatSpace:
 
     def __len__(self) -> int:
         return sum(len(sp) for sp in self.spaces)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(len(self)))
 
     def __repr__(self) -> str:
         return " + ".join(map(repr, self.spaces))
@@ -244,13 +255,6 @@ class ConcatSpace:
                 errors.append(str(e))
             offset += len(sp)
         raise ValueError(errors[0])
-
-    def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
-        if isinstance(index_or_entity, int):
-            index_or_entity = self.entity(index_or_entity)
-        else:
-            self.index(index_or_entity)
-        return entity_config(index_or_entity)
 
 
 def _entity_dict(entity: Mapping[str, Any] | Sequence[Sequence]) -> dict[str, Any]:
@@ -319,7 +323,8 @@ def extra_tile_space(workload: Conv2DWorkload) -> ConfigSpace:
     return ConfigSpace([*base.knobs[:2], Knob("tile_ow", "sp", extra, ow.length), *base.knobs[3:]])
 
 
-def tuning_space(workload: Conv2DWorkload) -> ConfigSpace | ConcatSpace:
+@functools.lru_cache(maxsize=256)  # spaces are immutable; resuming a log asks once per record
+def tuning_space(workload: Conv2DWorkload) -> Space:
     """The space we tune and whose indices our records use: AutoTVM's ``conv2d_NCHWc.x86``
     space (same indices) followed by :func:`extra_tile_space`; depthwise: AutoTVM's.
 

@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.config_space import ConfigSpace, ConcatSpace, fallback_config, tuning_space
+from kernels.config_space import Space, fallback_config, tuning_space
 from kernels.conv2d import plane_as_row, supported  # supported: the codegen's own checks, never try what cannot build
 from kernels.workload import Conv2DWorkload
 
@@ -109,7 +109,7 @@ class TuneResult:
     """The measurements of one :func:`tune` call (not those passed in as ``measured``)."""
 
     workload: Conv2DWorkload
-    space: ConfigSpace | ConcatSpace
+    space: Space
     measurements: list[Measurement] = field(default_factory=list)
     previous: dict[int, float | None] = field(default_factory=dict)  # index -> seconds from earlier runs
     unsupported: int = 0  # configs of the space the codegen cannot build (never tried)
@@ -300,7 +300,7 @@ def tune(
     return result
 
 
-def _entity_of(config: Conv2DConfig, space: ConfigSpace | ConcatSpace) -> dict:
+def _entity_of(config: Conv2DConfig, space: Space) -> dict:
     """The entity of ``config`` in ``space`` (inverse of ``ConfigSpace.config``)."""
     entity = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
     if "tile_oh" in space.names:
@@ -310,7 +310,7 @@ def _entity_of(config: Conv2DConfig, space: ConfigSpace | ConcatSpace) -> dict:
     return entity
 
 
-def _run(measure, workload: Conv2DWorkload, space: ConfigSpace | ConcatSpace, index: int, config: Conv2DConfig) -> Measurement:
+def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Conv2DConfig) -> Measurement:
     t0 = time.perf_counter()
     entity = space.entity_list(index)
     try:
@@ -393,6 +393,6 @@ class KernelTimer:
         return seconds
 
 
-def indices_of(space: ConfigSpace | ConcatSpace, configs: Iterable[Conv2DConfig]) -> list[int]:
+def indices_of(space: Space, configs: Iterable[Conv2DConfig]) -> list[int]:
     """Space indices of configs (handy for tests and seeding)."""
     return [space.index(_entity_of(c, space)) for c in configs]
