@@ -3,7 +3,10 @@
 The schedule is AutoTVM's x86 ``conv2d_NCHWc`` template: work items are blocks of
 output rows ``(n, oc_chunk, rows)`` spread over the threads; each row is cut into
 register tiles of ``oh_bn x ow_bn`` output pixels by ``oc_bn`` output channels held
-in explicit ``<lanes x float>`` accumulators updated with ``llvm.fma``. The reduction
+in explicit ``<lanes x float>`` accumulators updated with ``llvm.fma``; each reduction
+step holds the tile's weight vectors and one input broadcast at a time, or, when the tile
+has more vectors than pixels, its broadcasts and one weight vector at a time (fewer live
+registers: 4 vectors x 3 pixels fits AVX2's 16 without spilling). The reduction
 runs ``ic_chunk, kh, (ic_block, kw unrolled | kw, ic_block)`` as AutoTVM's
 ``unroll_kw`` knob says. Any block sizes dividing the channels (per group) work;
 ``ow_bn``/``oh_bn`` need not divide the output (a narrower tail tile is generated).
@@ -402,21 +405,32 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 kwc = kw * icb * ocb if isinstance(kw, int) else 0
                 wbase = f.affine(("%ob", ICgB * KH * KW * icb * ocb), (icg, KH * KW * icb * ocb),
                                  (kh, KW * icb * ocb), *kwv, (ic, ocb), const=kwc)
-                wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase)) for off, w in chunks]
                 kwv = [(kw, dw * icb)] if isinstance(kw, str) else []
                 kwc = kw * dw * icb if isinstance(kw, int) else 0
                 dbase = f.affine(("%n", ICB * Hs * Ws * icb), (cb, Hs * Ws * icb), ("%oh0", sh * Ws * icb),
                                  (kh, dh * Ws * icb), (ow0, sw * icb), *kwv, (ic, 1), const=kwc + origin)
-                for r in range(R):
-                    for t in taps:
+                pix = [(r, t) for r in range(R) for t in taps]
+                if len(chunks) > len(pix):  # fewer live registers: all broadcasts, then one weight at a time
+                    xs = {}
+                    for r, t in pix:
                         x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
-                        xs = {}
-                        for c, (off, w) in enumerate(chunks):
-                            if w not in xs:
-                                xs[w] = splat(f, x, w)
+                        for w in {w for _, w in chunks}:
+                            xs[(r, t, w)] = splat(f, x, w)
+                    for c, (off, w) in enumerate(chunks):
+                        wc = f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase))
+                        for r, t in pix:
                             s = acc[(r, t, c)]
-                            new = intr.call(f, "fma", w, xs[w], wv[c], f.load(vty(w), s))
-                            f.store(vty(w), new, s)
+                            f.store(vty(w), intr.call(f, "fma", w, xs[(r, t, w)], wc, f.load(vty(w), s)), s)
+                    return
+                wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase)) for off, w in chunks]
+                for r, t in pix:  # one broadcast at a time, all the weights live
+                    x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
+                    xs = {}
+                    for c, (off, w) in enumerate(chunks):
+                        if w not in xs:
+                            xs[w] = splat(f, x, w)
+                        s = acc[(r, t, c)]
+                        f.store(vty(w), intr.call(f, "fma", w, xs[w], wv[c], f.load(vty(w), s)), s)
 
             with (maybe_loop(f, ICgB) if batches == 1 else f.loop("%icg1", start="%icg0")) as icg:
                 with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:
