@@ -38,6 +38,7 @@ class HostCPU:
     lanes: int  # float32 lanes of the widest usable vector register
     l2_bytes: int = 1 << 20  # per-core L2 size (sysfs; 1 MiB where unknown)
     l1d_bytes: int = 32 << 10  # per-core L1 data cache size (sysfs; 32 KiB where unknown)
+    l3_bytes: int = 32 << 20  # last-level cache size (sysfs; 32 MiB where unknown)
 
     def has(self, feature: str) -> bool:
         return f"+{feature}" in self.features.split(",")
@@ -58,7 +59,7 @@ def host_cpu() -> HostCPU:
     on = set(f[1:] for f in features.split(",") if f.startswith("+"))
     lanes = 16 if "avx512f" in on else 8 if "avx" in on else 4
     return HostCPU(llvm.get_host_cpu_name(), features, lanes, _cache_bytes(2, 1 << 20),
-                   _cache_bytes(1, 32 << 10))
+                   _cache_bytes(1, 32 << 10), _cache_bytes(3, 32 << 20))
 
 
 def _cache_bytes(level: int, default: int) -> int:

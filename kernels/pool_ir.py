@@ -258,14 +258,6 @@ exit:
   ret ptr null
 }}
 
-; Wake the sleeping workers without a job: they spin a while (SPIN), then sleep again.
-define void @gt_rouse() nounwind {{
-entry:
-  %w = atomicrmw add ptr @gt_wake, i32 1 seq_cst, align 4
-  %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr @gt_wake, i64 {FUTEX_WAKE_PRIVATE}, i64 2147483647)
-  ret void
-}}
-
 ; Stop the workers (at interpreter exit): they leave their loop, sleepers are woken.
 define void @gt_shutdown() nounwind {{
 entry:

@@ -14,8 +14,7 @@ late worker finds the job gone. On this 2-core shared VM that took ResNet-18's p
 latency from 1.65-1.8x its median to 1.13-1.25x (onnxruntime's: 1.1-1.2x), and its median
 down 7% (benchmarks/README.md); ResNet-50 did not change beyond noise.
 
-Workers (pthreads, started once) spin ~0.5 ms between kernels, then sleep on a futex
-(:func:`wake_workers` rouses them without a job).
+Workers (pthreads, started once) spin ~0.5 ms between kernels, then sleep on a futex.
 Linux may wake a sleeper onto its waker's CPU, where it waits for the caller: the caller
 therefore yields its CPU while it waits, and a job that is over before a worker gets to
 run simply ran on fewer threads. Thread count: env ``GRAPH_TUNER_NUM_THREADS``, default all usable cores; the
@@ -68,28 +67,7 @@ def ensure_runtime_loaded() -> None:
             if libc.pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(worker), None) != 0:
                 break  # fewer workers: jobs still complete (the caller takes every item left)
         atexit.register(shutdown)
-        rouse = ctypes.CFUNCTYPE(None)(engine.get_function_address("gt_rouse"))
-        sleepers = ctypes.c_int32.from_address(engine.get_global_value_address("gt_sleepers"))
-        _runtime = (engine, shutdown, rouse, sleepers)
-
-
-def wake_workers() -> None:
-    """Wake the pool's sleeping workers: they spin ~0.5 ms, ready for the next kernel.
-
-    Between a network's kernels the workers never sleep; after a pause (a cache flush
-    takes ~10 ms) they do, and the next kernel then also pays their futex wake-up
-    (tens of microseconds here). Cold-cache timing calls this after the flush, so it
-    measures cold caches, not a cold pool: layout transforms timed without it summed 1.1-2.0x
-    their in-network time, with it 0.84-1.09x (ResNet-18/50, benchmarks/README.md).
-    """
-    ensure_runtime_loaded()
-    _runtime[2]()
-
-
-def sleeping_workers() -> int:
-    """How many pool workers are asleep on the futex right now."""
-    ensure_runtime_loaded()
-    return _runtime[3].value
+        _runtime = (engine, shutdown)
 
 
 def num_threads() -> int:

@@ -5,11 +5,8 @@ Rules (each from a real mistake): buffers are random-filled, never uninitialised
 runs first; each repeat lasts at least ``min_repeat_ms`` (the number of calls per
 repeat is chosen from the warm-up) so timer resolution and call overhead vanish;
 the median over repeats is reported, with p90 and the raw per-call times.
-``flush_cache=True`` reads and writes ``flush_bytes`` of memory (64 MiB by default;
-raise it above the last-level cache size) before every timed call, for cold-cache
-numbers; the flush itself is not timed. The thread pool's workers fall asleep during
-the flush, which never happens between a network's kernels, so they are woken after it
-(:func:`kernels.threads.wake_workers`): cold caches, not a cold pool.
+A kernel timed back to back keeps everything in cache; :func:`cold_arrays` makes chosen
+arguments (a layer's weights) come from memory on every call, as inside a network.
 
 >>> t = measure(lambda: sum(range(100)), min_repeat_ms=1, repeat=3)
 >>> 0 < t.median_s <= t.p90_s and len(t.results) == 3
@@ -17,15 +14,15 @@ True
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
-from kernels import threads
 
-__all__ = ["Timing", "measure", "random_array"]
+__all__ = ["Timing", "cold_arrays", "measure", "random_array"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +44,40 @@ def random_array(shape, seed: int = 0, low: float = -1.0, high: float = 1.0) -> 
     return np.random.default_rng(seed).uniform(low, high, size=shape).astype(np.float32)
 
 
-_flush_buffer: np.ndarray | None = None
+def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.ndarray], cold: Iterable[str],
+                total_bytes: int | None = None, max_copies: int = 64) -> Callable[[], None]:
+    """A call that runs ``bind(**arrays)`` with the ``cold`` arrays (a layer's weights) taken
+    from the next of enough copies to overflow the last-level cache (``total_bytes``, default
+    1.5x its size; at most ``max_copies``): back to back, those come from memory on every
+    call while the other arrays (the activations) stay in cache, as inside a network,
+    where each layer's input was just written and the weights were last read an inference
+    ago. No flush: a 64 MiB flush left the caches full of dirty lines and read ResNet-50's
+    convs 1.23x slower than they ran in the network (per layer 0.80-2.03x); this protocol
+    read them at 1.02x (per layer 0.85-1.31x; benchmarks/README.md, session 6).
 
+    >>> seen = []
+    >>> bind = lambda w, x: (lambda: seen.append((id(w), id(x))))
+    >>> run = cold_arrays(bind, {"w": np.ones(4, np.float32), "x": np.ones(4, np.float32)}, ["w"], total_bytes=48)
+    >>> for _ in range(4): run()
+    >>> len({w for w, _ in seen}), len({x for _, x in seen})  # 3 copies of w in turn, one x
+    (3, 1)
+    """
+    if total_bytes is None:
+        from kernels.jit import host_cpu
 
-def _flush(nbytes: int) -> None:
-    global _flush_buffer
-    if _flush_buffer is None or _flush_buffer.nbytes < nbytes:
-        _flush_buffer = np.zeros(nbytes // 8, np.float64)
-    _flush_buffer += 1.0  # read and write every line
+        total_bytes = host_cpu().l3_bytes * 3 // 2
+    cold = [n for n in cold if arrays.get(n) is not None]
+    nbytes = sum(arrays[n].nbytes for n in cold)
+    copies = min(max_copies, max(1, -(-total_bytes // max(nbytes, 1))))
+    runs = [bind(**arrays)]
+    for _ in range(copies - 1):
+        runs.append(bind(**{**arrays, **{n: arrays[n].copy() for n in cold}}))
+    turn = itertools.cycle(runs)
+
+    def run() -> None:
+        next(turn)()
+
+    return run
 
 
 def _calibrate(fn: Callable[[], object], target_s: float) -> int:
@@ -72,31 +95,20 @@ def _calibrate(fn: Callable[[], object], target_s: float) -> int:
 
 
 def measure(fn: Callable[[], object], *, min_repeat_ms: float = 20.0, repeat: int = 5, warmup: int = 2,
-            flush_cache: bool = False, flush_bytes: int = 64 << 20, number: int | None = None,
-            before: Callable[[], object] | None = None) -> Timing:
+            number: int | None = None) -> Timing:
     """Time ``fn()`` (bind its arguments first, e.g. ``kernel.bind(...)``); see the module doc.
 
     ``number`` fixes the calls per repeat; by default it is calibrated after the
-    warm-up: grown until one run of ``number`` calls lasts ``min_repeat_ms``. With ``flush_cache``
-    every call is preceded by an untimed cache flush, so ``number`` is 1. ``before`` runs
-    untimed before each repeat (after the flush), e.g. to bring a kernel's input back into
-    cache as the layer before it would have.
+    warm-up: grown until one run of ``number`` calls lasts ``min_repeat_ms``.
     """
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     for _ in range(warmup):
         fn()
-    if flush_cache:
-        number = 1
-    elif number is None:
+    if number is None:
         number = _calibrate(fn, min_repeat_ms * 1e-3)
     results = []
     for _ in range(repeat):
-        if flush_cache:
-            _flush(flush_bytes)
-            threads.wake_workers()  # the flush let them fall asleep; in a network they never do
-        if before is not None:
-            before()
         t0 = time.perf_counter()
         for _ in range(number):
             fn()

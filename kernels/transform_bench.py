@@ -34,8 +34,9 @@ __all__ = ["Key", "cache_path", "load_cached", "measure_transforms", "normalize_
 
 Key = tuple[tuple[int, int, int, int], int, int]
 # Bumped whenever time_transform measures differently: timings of another protocol are
-# not comparable, so they live in another file. v2: cold caches, warm source, awake pool.
-PROTOCOL = "v2"
+# not comparable, so they live in another file. v2: cold caches, warm source, awake pool;
+# v3: no flush, warm source, destination from memory (cold_arrays).
+PROTOCOL = "v3"
 
 
 def normalize_key(key) -> Key:
@@ -60,7 +61,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
 
     >>> from kernels.jit import HostCPU
     >>> cache_path("/c", HostCPU("skylake-avx512", "+avx512f,+fma", 16)).name
-    'transforms-v2-skylake-avx512-0a00853d8370.json'
+    'transforms-v3-skylake-avx512-0a00853d8370.json'
     """
     if cpu is None:
         from kernels.jit import host_cpu
@@ -109,18 +110,20 @@ def load_cached(keys: Iterable, *, cache_dir: str | os.PathLike | None = None) -
 
 def time_transform(key: Key, *, repeat: int = 15) -> float:
     """Median seconds of one compiled transform on random-filled buffers, timed as it runs in
-    a network: caches flushed, then the source read back (its producer just wrote it), one
-    call per repeat. Warm back-to-back timing (source and destination in L2) read the
-    transforms of ResNet-18/50's plans at 0.50-0.59x their in-network time, and made the
-    solver buy layout changes that did not pay (benchmarks/README.md)."""
+    a network: its source warm (its producer just wrote it), its destination from memory (a
+    freed buffer, last touched long ago; :func:`kernels.timing.cold_arrays` rotates copies).
+    ResNet-50's 36 transforms, summed (znver3, session 6): 1.35 ms timed so, 1.37 in the
+    network; 2.11 with a cache flush before each call (then the source read back), 1.04 warm
+    back to back (on rocketlake warm read 0.50-0.59x and made the solver buy layout changes
+    that did not pay)."""
     from kernels.layout_transform import build_transform
-    from kernels.timing import measure, random_array
+    from kernels.timing import cold_arrays, measure, random_array
 
     shape, src, dst = normalize_key(key)
     t = build_transform(shape, src, dst)
-    source = random_array(t.input_shape)
-    run = t.bind(source, random_array(t.output_shape, seed=1))
-    return measure(run, repeat=repeat, warmup=1, flush_cache=True, before=source.sum).median_s
+    arrays = {"source": random_array(t.input_shape), "destination": random_array(t.output_shape, seed=1)}
+    run = cold_arrays(lambda source, destination: t.bind(source, destination), arrays, ["destination"])
+    return measure(run, min_repeat_ms=2, repeat=repeat, warmup=1).median_s
 
 
 def measure_transforms(

@@ -325,15 +325,20 @@ def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Co
     return Measurement(index, entity, config, s, 0, "", time.perf_counter() - t0)
 
 
+PARAMETERS = ("weight", "bias", "scale2", "shift2")  # a conv's arguments that are not activations
+
+
 class KernelTimer:
     """The default ``measure``: build the kernel (:func:`kernels.conv2d.build_conv2d`, cached
     in-process) and time it with :func:`kernels.timing.measure` on random-filled buffers.
 
-    Caches are flushed before every timed call by default (``flush_cache``), then the input
-    is read back: in a network a conv's weights are cold when it starts while its input was
-    just written by the layer before. Warm back-to-back timing read ResNet-18's convs 23%
-    faster than they ran in the network (AutoTVM added ``enable_cpu_cache_flush`` for the
-    same reason). Each repeat is then one call.
+    Timed as inside a network (:func:`kernels.timing.cold_arrays`): the weights, bias and
+    second-output scale/shift come from memory on every call (they rotate through copies
+    that overflow the last-level cache), the input, output and residual stay in cache (the
+    layer before just wrote them). Warm back-to-back timing read ResNet-18's convs 23%
+    faster than they ran in the network on an AVX-512 Xeon; a cache flush before each call
+    (AutoTVM's ``enable_cpu_cache_flush``) read ResNet-50's 23% slower on znver3, with
+    per-layer errors from -20% to +100%, which misranked configs.
 
     ``epilogues`` gives a workload's fused epilogue (``build_conv2d``'s keyword arguments):
     the kernel is then timed with it, on random bias / residual / second-output buffers.
@@ -348,9 +353,8 @@ class KernelTimer:
     # Many short repeats: their median skips the repeats another process disturbed (on a
     # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms).
     def __init__(self, min_repeat_ms: float = 2.0, repeat: int = 9, reject_factor: float = 4.0,
-                 flush_cache: bool = True, epilogues: Mapping[Conv2DWorkload, Mapping] | None = None):
+                 epilogues: Mapping[Conv2DWorkload, Mapping] | None = None):
         self.min_repeat_ms, self.repeat, self.reject_factor = min_repeat_ms, repeat, reject_factor
-        self.flush_cache = flush_cache
         # build_conv2d's epilogue arguments per workload (bias, residual, activation,
         # affine_out, affine_activation): time kernels as the network runs them.
         self.epilogues = dict(epilogues or {})
@@ -358,7 +362,7 @@ class KernelTimer:
 
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
         from kernels.conv2d import build_conv2d
-        from kernels.timing import measure, random_array
+        from kernels.timing import cold_arrays, measure, random_array
 
         epilogue = dict(self.epilogues.get(workload, {}))
         try:
@@ -371,7 +375,6 @@ class KernelTimer:
             # Every argument the kernel was built with (data, weight, out and its epilogue's).
             arrays = {name: random_array(shape, seed) for seed, (name, shape) in enumerate(kernel.arg_shapes.items())
                       if shape is not None}
-            data = arrays["data"]
             run = kernel.bind(**arrays)
             run()
             best = self.best.get(workload)
@@ -384,9 +387,8 @@ class KernelTimer:
                     break
             if best is not None and once > self.reject_factor * best:
                 return once
-            # Cold weights, warm input: the previous layer just wrote it.
-            seconds = measure(run, min_repeat_ms=self.min_repeat_ms, repeat=self.repeat, warmup=1,
-                              flush_cache=self.flush_cache, before=data.sum if self.flush_cache else None).median_s
+            run = cold_arrays(kernel.bind, arrays, PARAMETERS)
+            seconds = measure(run, min_repeat_ms=self.min_repeat_ms, repeat=self.repeat, warmup=1).median_s
         except Exception as e:
             raise MeasureError(RUNTIME_DEVICE, f"{type(e).__name__}: {e}") from None
         self.best[workload] = min(seconds, best or math.inf)

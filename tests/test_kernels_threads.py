@@ -92,24 +92,3 @@ def test_claim_ahead_phase_tells_each_item_its_successor():
         assert 1 <= len(heads) <= n and (seen == -1).sum() == len(heads)  # one chain per thread
         if n == 1:
             np.testing.assert_array_equal(seen, [*range(1, total), -1])
-
-
-def test_wake_workers_rouses_sleepers():
-    import time
-
-    threads.ensure_runtime_loaded()
-    workers = max(threads.num_threads(), len(os.sched_getaffinity(0))) - 1
-    if workers == 0:
-        return  # a one-core machine has no workers to wake
-    for attempt in range(20):
-        deadline = time.monotonic() + 2.0
-        while threads.sleeping_workers() < workers and time.monotonic() < deadline:
-            time.sleep(0.005)  # idle workers fall asleep after ~0.5 ms of spinning
-        assert threads.sleeping_workers() == workers
-        threads.wake_workers()
-        deadline = time.monotonic() + 0.05
-        while threads.sleeping_workers() > 0 and time.monotonic() < deadline:
-            pass
-        if threads.sleeping_workers() < workers:
-            return  # someone left the futex: woken
-    raise AssertionError("wake_workers never woke a sleeping worker")
