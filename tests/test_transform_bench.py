@@ -74,21 +74,11 @@ def test_bad_keys():
         normalize_key(((16, 6, 6), 1, 2))
 
 
-def test_time_transform_reads_a_warm_source_into_a_cold_destination(monkeypatch):
+def test_time_transform_reads_a_warm_source_into_a_cold_destination(cold_calls):
     """In a network a transform's source was just written, its destination is a buffer last
     touched long ago: the source is the same buffer every call, the destination rotates."""
-    import kernels.timing as timing
     from kernels.transform_bench import time_transform
 
-    seen = []
-    real = timing.cold_arrays
-
-    def spy(bind, arrays, cold, **kw):
-        def recording_bind(**a):
-            run = bind(**a)
-            return lambda: (seen.append({n: v.ctypes.data for n, v in a.items()}), run())
-        return real(recording_bind, arrays, cold, total_bytes=3 * arrays["destination"].nbytes)
-
-    monkeypatch.setattr(timing, "cold_arrays", spy)
     assert time_transform(((1, 8, 4, 4), 1, 4), repeat=3) > 0
-    assert len({s["source"] for s in seen}) == 1 and len({s["destination"] for s in seen}) == 3
+    assert len({call["source"] for call in cold_calls}) == 1
+    assert len({call["destination"] for call in cold_calls}) == 3

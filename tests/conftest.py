@@ -1,0 +1,23 @@
+"""Fixtures shared by several test modules."""
+import pytest
+
+
+@pytest.fixture
+def cold_calls(monkeypatch):
+    """Spy on :func:`kernels.timing.cold_arrays`: a list that gets, for every call it makes,
+    each argument's buffer address; the cold arguments rotate through 3 copies."""
+    import kernels.timing as timing
+
+    seen = []
+    real = timing.cold_arrays
+
+    def spy(bind, arrays, cold, **kw):
+        def recording_bind(**a):
+            run = bind(**a)
+            return lambda: (seen.append({n: v.ctypes.data for n, v in a.items()}), run())
+
+        nbytes = sum(arrays[n].nbytes for n in cold if arrays.get(n) is not None)
+        return real(recording_bind, arrays, cold, total_bytes=3 * nbytes)
+
+    monkeypatch.setattr(timing, "cold_arrays", spy)
+    return seen
