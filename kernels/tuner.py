@@ -19,7 +19,14 @@ or at ``time_budget`` seconds, or when the space is exhausted):
 3. guided: a ridge regression of log(time) on config features (:func:`features`),
    refitted after every measurement, picks the best-predicted unmeasured config; with
    probability ``epsilon`` a random one from the better-predicted half instead
-   (exploration, so a wrong model cannot trap the search).
+   (exploration, so a wrong model cannot trap the search);
+4. transfer: the last ``trials // 4`` trials put the fastest register tiles (``oc_bn``,
+   ``ow_bn``, ``oh_bn``, ``unroll_kw``) under the input blocks they have not run with
+   (:func:`transfer_pick`). The graph tuner needs a fast config for every input layout a
+   neighbour may hand over (a layout transform can cost as much as the conv saves), and a
+   tile fast under one ``ic_bn`` is usually fast under the others; the guided search
+   alone had left ResNet-50's 512->128 1x1 conv with its best tile (oc32 x ow3) measured
+   under ``ic_bn`` 512 only.
 
 Before there is data to fit, the model's place is taken by a prior
 (:func:`prior_log_time`): full vectors and accumulators filling ~5/8 of the vector
@@ -52,7 +59,7 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = [
     "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features",
-    "max_accumulators", "prior_log_time", "supported", "tune", "tuning_space",
+    "max_accumulators", "prior_log_time", "supported", "transfer_pick", "tune", "tuning_space",
 ]
 
 # TVM's MeasureErrorNo codes (autotvm/measure/measure.py), written into records as error_no.
@@ -185,6 +192,31 @@ def _ridge(x: np.ndarray, y: np.ndarray, alpha: float = 1.0) -> Callable[[np.nda
     return lambda q: np.hstack([(q - mean) / std, np.ones((len(q), 1))]) @ coef
 
 
+def transfer_pick(configs: list[Conv2DConfig], seconds: Mapping[int, float | None], unmeasured: Iterable[int],
+                  lanes: int) -> int | None:
+    """The next config of the transfer phase: the fastest measured register tile's first
+    input block it has not run with (blocks nearest the SIMD width first); then the next
+    tile's. None when the tiles measured have run under every input block.
+
+    >>> cs = [Conv2DConfig(ic, 32, 3) for ic in (8, 16, 512)] + [Conv2DConfig(ic, 8, 13) for ic in (8, 16, 512)]
+    >>> transfer_pick(cs, {2: 1.0, 4: 1.5}, [0, 1, 3, 5], lanes=8)  # oc32 x ow3 (1.0 s) under ic8
+    0
+    >>> transfer_pick(cs, {0: 1.1, 1: 1.2, 2: 1.0, 4: 1.5}, [3, 5], lanes=8)  # then oc8 x ow13's
+    3
+    """
+    left = {}
+    for i in unmeasured:
+        c = configs[i]
+        left.setdefault((c.oc_bn, c.ow_bn, c.oh_bn, c.unroll_kw), []).append(i)
+    ranked = sorted((s, i) for i, s in seconds.items() if s is not None)
+    for _, i in ranked:
+        c = configs[i]
+        todo = left.get((c.oc_bn, c.ow_bn, c.oh_bn, c.unroll_kw))
+        if todo:
+            return min(todo, key=lambda j: abs(math.log2(configs[j].ic_bn / lanes)))
+    return None
+
+
 def tune(
     workload: Conv2DWorkload,
     *,
@@ -254,6 +286,10 @@ def tune(
         unmeasured = [i for i in candidates if i not in seconds]
         if not unmeasured:
             return None
+        if len(seconds) >= trials - trials // 4:
+            moved = transfer_pick(configs, seconds, unmeasured, lanes)
+            if moved is not None:
+                return moved
         if default is not None and default not in seconds and supported(workload, configs[default]):
             return default
         pred = predicted()

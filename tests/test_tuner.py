@@ -219,3 +219,21 @@ def test_tail_waste_counts_a_plane_run_as_one_row():
     w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))  # 128 output blocks: one row of 49 pixels
     assert _tile(w, Conv2DConfig(16, 16, 5), 8)[2] == pytest.approx(1 / 49)  # 10 tiles of 5 cover 50
     assert _tile(w, Conv2DConfig(16, 16, 5, oh_bn=2), 8)[2] == pytest.approx(3 / 7)  # rows of 7: 2 tiles cover 10
+
+
+def test_transfer_phase_runs_the_best_tile_under_every_input_block():
+    """The last quarter of the trials: the fastest tile under the input blocks it lacks, so the
+    graph tuner has a fast config whichever layout the layer before hands over."""
+    from kernels.config_space import divisors
+
+    w = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
+
+    def landscape(wl, c):  # oc16 x ow7 is the best tile; ic_bn barely matters
+        return 1e-3 * (1 + abs(c.oc_bn - 16) / 8 + abs(c.ow_bn - 7) / 4 + (c.oh_bn - 1) + 0.01 * abs(c.ic_bn - 16) / 16)
+
+    result = tune(w, trials=60, measure=landscape, lanes=8, seed=0)
+    best = result.best.config
+    tile = (best.oc_bn, best.ow_bn, best.oh_bn, best.unroll_kw)
+    under = {m.config.ic_bn for m in result.measurements
+             if (m.config.oc_bn, m.config.ow_bn, m.config.oh_bn, m.config.unroll_kw) == tile}
+    assert under == set(divisors(64))
