@@ -254,6 +254,11 @@ def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder:
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Its workers spin while a run lasts (its fastest setting) but stop when it returns: by
+    # default they kept spinning after it and took a core from whatever was timed next
+    # (ResNet-50, interleaved turns: graph-tuned 55.6 ms next to a default session, 48.4 next
+    # to one with this; onnxruntime 54.2 -> 49.0 ms itself; benchmarks/README.md, session 6).
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     feed = {model.inputs[0]: x}
     out = sess.run(None, feed)[0]
@@ -358,7 +363,7 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[
 
 
 # Pause between two runtimes' turns. A runtime's idle workers keep spinning after its last
-# call; onnxruntime's did for tens of milliseconds, and the runtime timed next shared the
+# call (onnxruntime's, unless told to stop: see onnxruntime_runner), and the runtime timed next shared the
 # cores with them: ResNet-18 graph-tuned ran 28.7 ms right after onnxruntime, 19.9 ms
 # 20 ms later, 14.7 ms 100 ms later (benchmarks/README.md). Rounds used to start with
 # graph-tuned, right after the previous round's last runtime, so this biased every ratio.
