@@ -53,7 +53,7 @@ def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.nd
     where each layer's input was just written and the weights were last read an inference
     ago. No flush: a 64 MiB flush left the caches full of dirty lines and read ResNet-50's
     convs 1.23x slower than they ran in the network (per layer 0.80-2.03x); this protocol
-    read them at 1.02x (per layer 0.85-1.31x; benchmarks/README.md, session 6).
+    read them at 1.02x (per layer 0.69-1.31x; benchmarks/README.md, session 6).
 
     >>> seen = []
     >>> bind = lambda w, x: (lambda: seen.append((id(w), id(x))))
