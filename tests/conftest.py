@@ -21,3 +21,22 @@ def cold_calls(monkeypatch):
 
     monkeypatch.setattr(timing, "cold_arrays", spy)
     return seen
+
+
+@pytest.fixture
+def calls_to(monkeypatch):
+    """``calls_to(owner, name)``: replace ``owner.name`` by a wrapper that still calls it, and
+    return the list that gets each call's ``(args, kwargs)``."""
+
+    def spy_on(owner, name):
+        calls = []
+        real = getattr(owner, name)
+
+        def spy(*args, **kwargs):
+            calls.append((args, kwargs))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, spy)
+        return calls
+
+    return spy_on

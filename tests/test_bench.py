@@ -181,7 +181,7 @@ def test_each_runtime_turn_starts_after_a_pause(monkeypatch):
     assert events == a + b + b + a + a + b  # the order rotates from round to round
 
 
-def test_onnxruntime_workers_stop_spinning_when_a_run_returns(tmp_path, monkeypatch):
+def test_onnxruntime_workers_stop_spinning_when_a_run_returns(tmp_path, calls_to):
     """By default onnxruntime's workers spin on after a run and take a core from the runtime
     timed next; the session it is benchmarked with stops them when a run returns."""
     ort = pytest.importorskip("onnxruntime")
@@ -193,14 +193,7 @@ def test_onnxruntime_workers_stop_spinning_when_a_run_returns(tmp_path, monkeypa
     model = b.build(b.relu(b.conv(b.input((1, 4, 6, 6)), 8, 3, padding=1, name="c"), name="r"))
     params = model.params(seed=0)
     x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
-    opened = []
-    real = ort.InferenceSession
-
-    def spy(path, options, **kw):
-        opened.append(options)
-        return real(path, options, **kw)
-
-    monkeypatch.setattr(ort, "InferenceSession", spy)
+    opened = calls_to(ort, "InferenceSession")
     run, out = bench.onnxruntime_runner(model, params, x, 2, tmp_path)
     assert out.shape == (1, 8, 6, 6)
-    assert [o.get_session_config_entry("session.force_spinning_stop") for o in opened] == ["1"]
+    assert [args[1].get_session_config_entry("session.force_spinning_stop") for args, _ in opened] == ["1"]
