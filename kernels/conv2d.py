@@ -324,6 +324,9 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     slice_floats = ICgB * KH * KW * icb * ocb  # one output channel block's weights
     slice_lines = -(-slice_floats * 4 // 64)
     pf_per_step = prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile)
+    # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
+    # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
+    kw_order = sorted(range(KW), key=lambda kw: (kw * dw % sw, kw))
     batch_icg = ic_batch(workload, config)
     batches = -(-ICgB // batch_icg)
 
@@ -436,7 +439,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:
                     if config.unroll_kw or edge is not None:  # edge tiles: kw static, to drop taps
                         with maybe_loop(f, icb) as ic:
-                            for kw in range(KW):
+                            for kw in kw_order:
                                 inner(icg, kh, kw, ic)
                     else:
                         with maybe_loop(f, KW) as kw:
