@@ -413,27 +413,34 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
                 dbase = f.affine(("%n", ICB * Hs * Ws * icb), (cb, Hs * Ws * icb), ("%oh0", sh * Ws * icb),
                                  (kh, dh * Ws * icb), (ow0, sw * icb), *kwv, (ic, 1), const=kwc + origin)
                 pix = [(r, t) for r in range(R) for t in taps]
-                if len(chunks) > len(pix):  # fewer live registers: all broadcasts, then one weight at a time
-                    xs = {}
-                    for r, t in pix:
-                        x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
-                        for w in {w for _, w in chunks}:
-                            xs[(r, t, w)] = splat(f, x, w)
-                    for c, (off, w) in enumerate(chunks):
-                        wc = f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase))
-                        for r, t in pix:
-                            s = acc[(r, t, c)]
-                            f.store(vty(w), intr.call(f, "fma", w, xs[(r, t, w)], wc, f.load(vty(w), s)), s)
-                    return
-                wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase)) for off, w in chunks]
-                for r, t in pix:  # one broadcast at a time, all the weights live
+                widths = sorted({w for _, w in chunks})
+
+                def broadcasts(r: int, t: int) -> dict[int, str]:
                     x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
-                    xs = {}
-                    for c, (off, w) in enumerate(chunks):
-                        if w not in xs:
-                            xs[w] = splat(f, x, w)
-                        s = acc[(r, t, c)]
-                        f.store(vty(w), intr.call(f, "fma", w, xs[w], wv[c], f.load(vty(w), s)), s)
+                    return {w: splat(f, x, w) for w in widths}
+
+                def weights(c: int) -> str:
+                    off, w = chunks[c]
+                    return f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase))
+
+                def fma(r: int, t: int, c: int, x: str, wc: str) -> None:
+                    w, s = chunks[c][1], acc[(r, t, c)]
+                    f.store(vty(w), intr.call(f, "fma", w, x, wc, f.load(vty(w), s)), s)
+
+                # Fewer live registers: a tile with more vectors than pixels holds all its broadcasts
+                # and one weight vector at a time; otherwise all its weights and one broadcast.
+                if len(chunks) > len(pix):
+                    xs = {p: broadcasts(*p) for p in pix}
+                    for c, (_, w) in enumerate(chunks):
+                        wc = weights(c)
+                        for r, t in pix:
+                            fma(r, t, c, xs[(r, t)][w], wc)
+                else:
+                    wv = [weights(c) for c in range(len(chunks))]
+                    for r, t in pix:
+                        xs = broadcasts(r, t)
+                        for c, (_, w) in enumerate(chunks):
+                            fma(r, t, c, xs[w], wv[c])
 
             with (maybe_loop(f, ICgB) if batches == 1 else f.loop("%icg1", start="%icg0")) as icg:
                 with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:

@@ -121,8 +121,8 @@ def time_transform(key: Key, *, repeat: int = 15) -> float:
 
     shape, src, dst = normalize_key(key)
     t = build_transform(shape, src, dst)
-    arrays = {"source": random_array(t.input_shape), "destination": random_array(t.output_shape, seed=1)}
-    run = cold_arrays(lambda source, destination: t.bind(source, destination), arrays, ["destination"])
+    arrays = {"src": random_array(t.input_shape), "dst": random_array(t.output_shape, seed=1)}
+    run = cold_arrays(t.bind, arrays, ["dst"])
     return measure(run, min_repeat_ms=2, repeat=repeat, warmup=1).median_s
 
 

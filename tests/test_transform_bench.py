@@ -80,5 +80,5 @@ def test_time_transform_reads_a_warm_source_into_a_cold_destination(cold_calls):
     from kernels.transform_bench import time_transform
 
     assert time_transform(((1, 8, 4, 4), 1, 4), repeat=3) > 0
-    assert len({call["source"] for call in cold_calls}) == 1
-    assert len({call["destination"] for call in cold_calls}) == 3
+    assert len({call["src"] for call in cold_calls}) == 1
+    assert len({call["dst"] for call in cold_calls}) == 3
