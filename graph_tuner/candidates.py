@@ -16,9 +16,9 @@ distinct workload, as AutoTVM's ``apply_history_best`` does.
 >>> def rec(ic, oc, t):
 ...     e = {"tile_ic": [-1, ic], "tile_oc": [-1, oc], "tile_ow": [-1, 8], "unroll_kw": True}
 ...     return make_conv2d_record(w, e, 0, [t], "llvm", timestamp=0.0)
->>> log = read_records([rec(16, 16, 3e-3), rec(16, 16, 2e-3), rec(8, 16, 1e-3)])
->>> [(c.in_block, c.out_block, c.time) for c in layer_candidates([w], log)[0]]  # a config's records averaged
-[(8, 16, 0.001), (16, 16, 0.0025)]
+>>> log = read_records([rec(16, 16, 3e-3), rec(16, 16, 2e-3), rec(16, 16, 9e-3), rec(8, 16, 1e-3)])
+>>> [(c.in_block, c.out_block, c.time) for c in layer_candidates([w], log)[0]]  # the median of a config's records
+[(8, 16, 0.001), (16, 16, 0.003)]
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def layer_candidates(
     """Candidates of each x86 conv layer (in the given order), fastest first.
 
     Per layer: the records of x86 conv tasks for ``target``'s kind whose workload
-    equals the layer's (:func:`match_key`), a config's time the mean of its records,
+    equals the layer's (:func:`match_key`), a config's time the median of its records' times,
     the fastest config per (in_block, out_block), then
     the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
     with ``fallback=True`` it gets one AutoTVM-fallback candidate (:func:`fallback_candidate`)
@@ -121,8 +121,9 @@ def layer_candidates(
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
     kind = target_kind(target)
     wanted = {match_key(w) for w in workloads}
-    # A config measured several times (our tuner re-times its winners) counts at the mean
-    # of its records: the fastest of many noisy timings is biased low.
+    # A config measured several times (our tuner re-times its winners in rounds) counts at
+    # the median of its records: the fastest of many noisy timings is biased low, and one
+    # timing in a busy moment can be 2x slow.
     runs: dict[tuple, list[Record]] = {}
     for rec in _records(records):
         key = match_key(rec.workload)

@@ -27,8 +27,8 @@ Finally the layout transforms the model can need are measured and appended as
 >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
 >>> fake = lambda wl, c: 1e-4 * c.ow_bn / c.oc_bn
 >>> summary = tune_workloads([(w, 1)], log, trials=5, measure=fake, progress=False, transforms=False)
->>> summary[0].new, summary[0].confirmed, len(read_records(log).records)  # 5 trials, winners re-timed
-(5, 5, 10)
+>>> summary[0].new, summary[0].confirmed, len(read_records(log).records)  # 5 trials, winners re-timed 3 times
+(5, 15, 20)
 >>> tune_workloads([(w, 1)], log, trials=7, measure=fake, progress=False, transforms=False)[0].new
 2
 """
@@ -133,7 +133,7 @@ class WorkloadSummary:
     workload: Conv2DWorkload
     count: int  # layers with this workload
     new: int = 0  # measurements made by this run
-    confirmed: int = 0  # winners timed a second time by this run
+    confirmed: int = 0  # re-timings of winners by this run (rounds x winners)
     resumed: int = 0  # measurements found in the log
     errors: int = 0  # failed measurements of this run
     best_seconds: float | None = None  # over the log and this run
@@ -149,7 +149,7 @@ class WorkloadSummary:
         best = (f"best {self.best_seconds * 1e3:.3f} ms ({self.best_gflops:.1f} GFLOP/s)"
                 if self.best_seconds else "no successful measurement")
         return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged trials, "
-                f"{self.errors} failed, {len(self.pairs)} layout pairs, {self.confirmed} winners re-timed, {best}, "
+                f"{self.errors} failed, {len(self.pairs)} layout pairs, {self.confirmed} re-timings of winners, {best}, "
                 f"{self.wall_seconds:.1f} s")
 
 
@@ -177,8 +177,9 @@ def tune_workloads(
     """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable).
 
     After a workload's search, the fastest config of each of its ``confirm`` fastest layout
-    pairs is timed once more and logged again: the graph tuner averages a config's records,
-    which undoes the winner's curse of keeping the fastest of many noisy timings.
+    pairs is timed again in interleaved rounds (:data:`kernels.tuner.CONFIRM_ROUNDS`), each
+    timing logged: the graph tuner takes the median of a config's records, which undoes the
+    winner's curse of keeping the fastest of many noisy timings.
 
     ``measure`` is the tuner's measuring function (default: compile and time for real).
     With ``transforms``, the layout transforms of ``transform_shapes`` (default: the

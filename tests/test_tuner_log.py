@@ -34,13 +34,16 @@ def test_records_parse_and_feed_layer_candidates(tmp_path):
     summaries = tune_workloads([(W3, 2), (W1, 1)], log, trials=12, measure=fake, progress=False, transforms=False,
                                confirm=5)
     assert [s.new for s in summaries] == [12, 12] and all(len(s.pairs) >= 8 for s in summaries)
-    assert [s.confirmed for s in summaries] == [5, 5]
+    assert [s.confirmed for s in summaries] == [15, 15]
     records = read_records(log).records
-    assert len(records) == 24 + 10
+    assert len(records) == 24 + 30
     for w in (W3, W1):  # the re-timed configs are the fastest of 5 distinct layout pairs, logged again
         idx = [r.config_index for r in records if r.workload == w]
         again = idx[12:]
         assert set(again) <= set(idx[:12]) and len(set(again)) == 5
+        # in 3 rounds that each time all 5, each round starting one further along
+        first = again[:5]
+        assert again == first + first[1:] + first[:1] + first[2:] + first[:2]
     assert {r.task_name for r in records} == {"conv2d_NCHWc.x86"} and {r.target for r in records} == {host_target()}
     for r in records:  # index and entity agree in our space, and in AutoTVM's where it has them
         tvm = task_space("conv2d_NCHWc.x86", r.workload)
@@ -143,7 +146,7 @@ def test_real_tiny_workload_end_to_end(tmp_path, monkeypatch):
     lines = []
     tune_workloads([(w, 1)], log, trials=3, progress=False, print_fn=lines.append, confirm=2)
     parsed = read_records(log)
-    assert len(parsed.records) == 3 + 2 and all(r.time > 0 for r in parsed.records)
+    assert len(parsed.records) == 3 + 3 * 2 and all(r.time > 0 for r in parsed.records)
     assert len(parsed.transforms) >= 2 and all(t.time > 0 for t in parsed.transforms)
     (cands,) = layer_candidates([w], parsed, target=host_target())
     assert cands and all(c.time > 0 for c in cands)
