@@ -235,12 +235,11 @@ def tune(
     lanes: int | None = None,
     seed: int = 0,
     confirm: int = 0,
-    confirm_rounds: int = CONFIRM_ROUNDS,
 ) -> TuneResult:
     """Search ``workload``'s config space; see the module doc for the order.
 
     Then, if anything new was measured, the fastest config of each of the ``confirm``
-    fastest layout pairs is measured again in ``confirm_rounds`` rounds, each round
+    fastest layout pairs is measured again in :data:`CONFIRM_ROUNDS` rounds, each round
     timing every one of them once, starting one further along each round (each timing
     is also passed to ``callback``). The fastest of ~100 noisy timings is biased low
     (the winner's curse), and a shared host's speed drifts within a minute: interleaved
@@ -338,7 +337,7 @@ def tune(
             if pair not in fastest or s < seconds[fastest[pair]]:
                 fastest[pair] = i
         chosen = sorted(fastest.values(), key=lambda i: seconds[i])[:confirm]
-        for r in range(confirm_rounds):
+        for r in range(CONFIRM_ROUNDS):
             for i in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
                 m = dataclasses.replace(_run(measure, workload, space, i, configs[i]), confirmation=True)
                 result.confirmations.append(m)
