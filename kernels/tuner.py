@@ -69,8 +69,10 @@ RUNTIME_DEVICE = 4  # the kernel failed while running/timing
 UNKNOWN_ERROR = 8
 
 # Re-timing rounds of the winners after the search. Two timings of one config in one
-# run differed by 0.86-1.48x (10th-90th percentile) in the shipped ResNet-18 log, up to
-# 2.7x in ResNet-50's: one more timing each left near-ties to chance.
+# run differed by 0.86-1.48x (10th-90th percentile) in session 6's ResNet-18 log, up to
+# 2.7x in ResNet-50's: one more timing each left near-ties to chance. With 3 rounds
+# (session 7's logs) a winner's search time is 0.94-0.96x the median of its re-timings
+# (the winner's curse), and its 3 re-timings span 1.19-1.27x (median over winners).
 CONFIRM_ROUNDS = 3
 
 
