@@ -8,7 +8,8 @@ the default, :class:`KernelTimer`, compiles with :mod:`kernels.conv2d` and times
 :mod:`kernels.timing`.
 
 Search order (it stops at ``trials`` -- counting configs measured by earlier runs --
-or at ``time_budget`` seconds, or when the space is exhausted):
+or at ``time_budget`` seconds, or when the space is exhausted), over the configs the
+codegen can build and whose register tile is not :func:`hopeless`:
 
 1. the default config: AutoTVM's fallback schedule with SIMD-width blocks
    (:func:`fallback_config`), so the graph tuner's "untuned" baseline is a measurement;
@@ -58,7 +59,7 @@ from kernels.conv2d import plane_as_row, supported  # supported: the codegen's o
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
-    "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features",
+    "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features", "hopeless",
     "max_accumulators", "prior_log_time", "supported", "transfer_pick", "tune", "tuning_space",
 ]
 
@@ -90,6 +91,20 @@ def max_accumulators(lanes: int) -> int:
     (28, 12)
     """
     return vector_registers(lanes) - 4
+
+
+def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool:
+    """Whether the register tile needs more than twice the vector register file in
+    accumulators, so that it spills on every step. Not worth a trial: in session 7's znver3
+    logs none of the 200 such configs came within 2.3x of its workload's best (those of 17-32
+    accumulators: 1.5x), and ResNet-50's 159 took 407 s of its 760 s of tuning, an
+    ``oc_bn`` of 1024 or 2048 compiling for 4-20 s.
+
+    >>> w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))
+    >>> hopeless(w, Conv2DConfig(64, 2048, 1), 8), hopeless(w, Conv2DConfig(64, 32, 7), 8)
+    (True, False)
+    """
+    return _tile(workload, config, lanes)[0] > 2 * vector_registers(lanes)
 
 
 class MeasureError(Exception):
@@ -127,6 +142,7 @@ class TuneResult:
     measurements: list[Measurement] = field(default_factory=list)
     previous: dict[int, float | None] = field(default_factory=dict)  # index -> seconds from earlier runs
     unsupported: int = 0  # configs of the space the codegen cannot build (never tried)
+    hopeless: int = 0  # configs whose register tile spills hopelessly (never tried; see hopeless())
     confirmations: list[Measurement] = field(default_factory=list)  # re-timings of the winners, round by round
 
     @property
@@ -266,8 +282,10 @@ def tune(
     space = tuning_space(workload)
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
-    candidates = [i for i, c in enumerate(configs) if supported(workload, c)]
-    result.unsupported = len(space) - len(candidates)
+    buildable = [i for i, c in enumerate(configs) if supported(workload, c)]
+    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
+    result.unsupported = len(space) - len(buildable)
+    result.hopeless = len(buildable) - len(candidates)
     feats = np.array([features(workload, c, lanes) for c in configs])
     prior = np.array([prior_log_time(workload, c, lanes) for c in configs])
     seconds: dict[int, float | None] = dict(result.previous)

@@ -10,7 +10,7 @@ import kernels.tuner as tuner_mod
 from graph_tuner.candidates import fallback_config as graph_fallback_config
 from graph_tuner.model import load_model
 from kernels.config_space import divisors
-from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config,
+from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config, hopeless,
                            supported, tune, tuning_space)
 from kernels.workload import Conv2DWorkload
 
@@ -230,3 +230,15 @@ def test_transfer_phase_runs_the_best_tile_under_every_input_block():
     under = {m.config.ic_bn for m in result.measurements
              if (m.config.oc_bn, m.config.ow_bn, m.config.oh_bn, m.config.unroll_kw) == tile}
     assert under == set(divisors(64))
+
+
+def test_hopeless_register_tiles_are_never_tried():
+    """Tiles of more than twice the register file's accumulators spill on every step: the
+    search skips them (they cost seconds to compile), and counts them."""
+    result = tune(W3, trials=10_000, measure=landscape, lanes=8)
+    space = tuning_space(W3)
+    assert result.hopeless > 0
+    assert not any(hopeless(W3, m.config, 8) for m in result.measurements)
+    assert len(result.measurements) + result.unsupported + result.hopeless == len(space)
+    widest = max(m.config.oc_bn // 8 * m.config.ow_bn * m.config.oh_bn for m in result.measurements)
+    assert 16 < widest <= 32  # spilling tiles up to twice the 16 registers are still tried
