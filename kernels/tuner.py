@@ -95,9 +95,9 @@ def max_accumulators(lanes: int) -> int:
 
 def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool:
     """Whether the register tile needs more than twice the vector register file in
-    accumulators, so that it spills on every step. Not worth a trial: in session 7's znver3
-    logs none of the 200 such configs came within 2.3x of its workload's best (those of 17-32
-    accumulators: 1.5x), and ResNet-50's 159 took 407 s of its 760 s of tuning, an
+    accumulators, so that it spills on every step. Not worth a trial: in session 7's first
+    znver3 logs none of the 200 such configs came within 2.0x of its workload's best (those of
+    17-32 accumulators: 1.5x), and ResNet-50's 159 took 407 s of its 760 s of tuning, an
     ``oc_bn`` of 1024 or 2048 compiling for 4-20 s.
 
     >>> w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))

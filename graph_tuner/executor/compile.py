@@ -212,7 +212,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     inputs = {n: buffers[n] for n in model.inputs}
     tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
     prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
-    owners = {id(a.base if a.base is not None else a): (a.base if a.base is not None else a) for a in arrays.values()}
+    owners = {id(b): b for b in (a.base if a.base is not None else a for a in arrays.values())}
     prog.buffer_bytes = sum(b.nbytes for b in owners.values())  # the whole buffers, not the views into them
     prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
     return prog
