@@ -217,8 +217,6 @@ def test_tail_waste_counts_a_plane_run_as_one_row():
 def test_transfer_phase_runs_the_best_tile_under_every_input_block():
     """The last quarter of the trials: the fastest tile under the input blocks it lacks, so the
     graph tuner has a fast config whichever layout the layer before hands over."""
-    from kernels.config_space import divisors
-
     w = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
 
     def landscape(wl, c):  # oc16 x ow7 is the best tile; ic_bn barely matters
@@ -240,5 +238,5 @@ def test_hopeless_register_tiles_are_never_tried():
     assert result.hopeless > 0
     assert not any(hopeless(W3, m.config, 8) for m in result.measurements)
     assert len(result.measurements) + result.unsupported + result.hopeless == len(space)
-    widest = max(m.config.oc_bn // 8 * m.config.ow_bn * m.config.oh_bn for m in result.measurements)
+    widest = max(tuner_mod._tile(W3, m.config, 8)[0] for m in result.measurements)
     assert 16 < widest <= 32  # spilling tiles up to twice the 16 registers are still tried
