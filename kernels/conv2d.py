@@ -13,9 +13,9 @@ runs ``ic_chunk, kh, (ic_block, kw unrolled | kw, ic_block)`` as AutoTVM's
 A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel blocks
 (:func:`ic_batch`, as MLAS does): each batch sweeps all of a work item's rows with its
 weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2.6% faster
-with the same configs); when its work items hold whole planes, its ``H x W`` plane is
-computed as one row of ``H * W`` pixels (:func:`plane_as_row`). Grouped convs use the same template with the reduction restricted to the output
-block's group (blocks must divide the channels per group); depthwise convs have
+with the same configs). A 1x1 stride-1 conv runs each work item's rows as one long row
+(:func:`join_rows`), so row ends cost no narrower tail tiles. Grouped convs use the same
+template with the reduction restricted to the output block's group (blocks must divide the channels per group); depthwise convs have
 their own template in :mod:`kernels.depthwise`.
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
@@ -92,27 +92,36 @@ def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = 
     return min(best, max(rows, tile_rows))
 
 
-def plane_as_row(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None) -> Conv2DWorkload:
+def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None) -> Conv2DWorkload:
     """The workload the kernel is generated for: a 1x1, stride-1, unpadded conv over an
-    ``H x W`` plane is the same conv over one row of ``H * W`` pixels (NCHWc keeps a
-    plane's pixels contiguous), so register tiles run on across row ends instead of
-    ending each row with a narrower tail tile. Only when work items hold whole planes
-    anyway (enough output channel blocks for the threads), so parallelism is unchanged:
-    ResNet-50's 7x7 512->2048 conv ran 13% faster as a 49-pixel row on AVX2.
+    ``H x W`` plane is the same conv over ``H / g`` rows of ``g * W`` pixels for any ``g``
+    dividing ``H`` (NCHWc keeps a plane's pixels contiguous), so register tiles run on
+    across row ends instead of ending each row with a narrower tail tile. ``g`` is the
+    largest that still leaves about eight work items per thread (:func:`rows_per_item`),
+    so parallelism is unchanged; ``g = H`` when the output channel blocks alone give
+    that many. ResNet-50's 7x7 512->2048 conv ran 13% faster as a 49-pixel row on AVX2;
+    its 14x14 1024->256 (``oc_bn`` 32) 6% faster as 2 rows of 98, and 56x56 64->256 6%
+    faster as 2 rows of 1568 (benchmarks/README.md, session 8).
 
     >>> w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))
-    >>> plane_as_row(w, Conv2DConfig(16, 16, 5), threads=2).data_shape
+    >>> join_rows(w, Conv2DConfig(16, 16, 5), threads=2).data_shape
     (1, 512, 1, 49)
-    >>> plane_as_row(w, Conv2DConfig(16, 1024, 5), threads=2) == w  # 2 planes: items are rows
+    >>> join_rows(Conv2DWorkload((1, 1024, 14, 14), (256, 1024, 1, 1)), Conv2DConfig(16, 32, 3), threads=2).data_shape
+    (1, 1024, 2, 98)
+    >>> join_rows(w, Conv2DConfig(16, 1024, 5), threads=2) == w  # 2 planes, and 7 rows cannot split evenly
     True
     """
+    from kernels.threads import num_threads
+
     N, IC, H, W = workload.data_shape
     if (workload.kernel_shape[2:] != (1, 1) or workload.strides != (1, 1) or any(workload.padding)
             or H == 1 or config.oh_bn > 1 or workload.groups > 1):
         return workload
-    if rows_per_item(N * workload.out_channels // config.oc_bn, H, 1, threads) < H:
+    planes, want = N * workload.out_channels // config.oc_bn, 8 * (threads or num_threads())
+    g = max(d for d in range(1, H + 1) if H % d == 0 and (d == 1 or planes * (H // d) >= want))
+    if g == 1:
         return workload
-    return Conv2DWorkload((N, IC, 1, H * W), workload.kernel_shape, dilation=workload.dilation)
+    return Conv2DWorkload((N, IC, H // g, g * W), workload.kernel_shape, dilation=workload.dilation)
 
 
 def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None) -> int:
@@ -295,7 +304,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if affine_activation not in ACTIVATIONS:
         raise ValueError(f"affine_activation must be one of {ACTIVATIONS}, got {affine_activation!r}")
     lanes = lanes or host_cpu().lanes
-    workload = plane_as_row(workload, config)
+    workload = join_rows(workload, config)
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
     OH, OW = workload.out_height, workload.out_width

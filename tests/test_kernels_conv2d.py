@@ -290,12 +290,27 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
 @pytest.mark.parametrize("ow_bn,nthreads", [(5, None), (3, 1), (7, 2)])
 def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
     """Tiles run across row ends (49 pixels as 9 tiles of 5 and a tail of 4), epilogue included."""
-    from kernels.conv2d import plane_as_row
+    from kernels.conv2d import join_rows
 
     wl = Conv2DWorkload((1, 16, 7, 7), (64, 16, 1, 1))
     cfg = Conv2DConfig(8, 4, ow_bn)
-    assert plane_as_row(wl, cfg, threads=2).data_shape == (1, 16, 1, 49)
+    assert join_rows(wl, cfg, threads=2).data_shape == (1, 16, 1, 49)
     run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads)
-    # Few output channel blocks: items split rows, so the plane keeps its rows.
-    assert plane_as_row(wl, Conv2DConfig(8, 32, ow_bn), threads=2) == wl
+    # Few output channel blocks: items split rows, and 7 rows split evenly only into 1s.
+    assert join_rows(wl, Conv2DConfig(8, 32, ow_bn), threads=2) == wl
     run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
+
+
+@pytest.mark.parametrize("ow_bn", [3, 5])
+def test_1x1_rows_joined_within_work_items_match_the_reference(ow_bn):
+    """2 output channel blocks of 16 rows: 16 items of 2 rows each, computed as 8 rows of 32 pixels
+    whose tiles run across the old row ends; reduced in 2 batches (ic_batch), epilogue included."""
+    from kernels.conv2d import ic_batch, join_rows
+
+    wl = Conv2DWorkload((1, 256, 16, 16), (64, 256, 1, 1))
+    cfg = Conv2DConfig(8, 32, ow_bn)
+    joined = join_rows(wl, cfg, threads=2)
+    assert joined.data_shape == (1, 256, 8, 32)
+    assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
+    run_and_compare(wl, cfg, residual=True, nthreads=1)
