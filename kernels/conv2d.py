@@ -14,7 +14,8 @@ A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel b
 (:func:`ic_batch`, as MLAS does): each batch sweeps all of a work item's rows with its
 weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2.6% faster
 with the same configs). A 1x1 stride-1 conv runs each work item's rows as one long row
-(:func:`join_rows`), so row ends cost no narrower tail tiles. Grouped convs use the same
+(:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one first copies
+the pixels it reads into a compact scratch (:func:`compact_input`). Grouped convs use the same
 template with the reduction restricted to the output block's group (blocks must divide the channels per group); depthwise convs have
 their own template in :mod:`kernels.depthwise`.
 
@@ -62,7 +63,7 @@ from kernels.packing import pack_weight
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "pack_weight", "supported"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "kernel_workload", "pack_weight", "supported"]
 
 ACTIVATIONS = (None, "relu", "relu6")
 BASE_ARGS = ("data", "weight", "out", "bias", "residual")
@@ -122,6 +123,59 @@ def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | Non
     if g == 1:
         return workload
     return Conv2DWorkload((N, IC, H // g, g * W), workload.kernel_shape, dilation=workload.dilation)
+
+
+COMPACT_MIN_WEIGHTS = 1 << 16  # input x output channels: measured wins at 2^17 and up, losses at 2^15 and below
+
+
+def compact_input(workload: Conv2DWorkload) -> Conv2DWorkload | None:
+    """For a strided, unpadded 1x1 conv: the stride-1 conv over a compact copy of the pixels
+    it reads (every ``sh``-th row, every ``sw``-th pixel), which the kernel makes first in
+    its own parallel pass; None for any other conv. Read in place, each input cache line
+    served a fraction of a pixel block and the rows did not join (:func:`join_rows`).
+    With the copy, the plans' strided 1x1 convs with at least :data:`COMPACT_MIN_WEIGHTS`
+    weights ran 0.77-0.95x the time, copy included (5 of ResNet-50's); the smaller ones
+    (ResNet-18's 64->128 and 128->256, ResNet-50's 256->128) 1.05-1.06x, so they read in
+    place (benchmarks/README.md, session 8).
+
+    >>> compact_input(Conv2DWorkload((1, 256, 56, 56), (512, 256, 1, 1), strides=(2, 2))).data_shape
+    (1, 256, 28, 28)
+    >>> compact_input(Conv2DWorkload((1, 256, 56, 56), (512, 256, 1, 1))) is None  # stride 1
+    True
+    >>> compact_input(Conv2DWorkload((1, 64, 56, 56), (128, 64, 1, 1), strides=(2, 2))) is None  # small
+    True
+    """
+    if (workload.kernel_shape[2:] != (1, 1) or workload.strides == (1, 1) or any(workload.padding)
+            or workload.groups > 1 or workload.out_channels * workload.kernel_shape[1] < COMPACT_MIN_WEIGHTS):
+        return None
+    N, IC = workload.data_shape[:2]
+    return Conv2DWorkload((N, IC, workload.out_height, workload.out_width), workload.kernel_shape)
+
+
+def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None) -> Conv2DWorkload:
+    """The workload the kernel's main pass is generated for: over the compact copy of a
+    strided 1x1 conv's input (:func:`compact_input`), with a work item's rows joined
+    (:func:`join_rows`)."""
+    return join_rows(compact_input(workload) or workload, config, threads)
+
+
+def subsample_copy_ir(name: str, workload: Conv2DWorkload, block: int, scratch_arg: int) -> str:
+    """``void @name(ptr args, i64 row)``: copy the pixels of one output row of a strided 1x1
+    conv (:func:`compact_input`) from the ``NCHW[block]c`` input into the compact scratch
+    (shape ``[n, c // block, out_h, out_w, block]``). Items are ``n * c // block * out_h`` rows."""
+    N, IC, H, W = workload.data_shape
+    OH, OW = workload.out_height, workload.out_width
+    sh, sw = workload.strides
+    f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind")
+    src, dst = arg_ptr(f, 0), arg_ptr(f, scratch_arg)
+    plane, row = f.op(f"udiv i64 %item, {OH}"), f.op(f"urem i64 %item, {OH}")
+    s0 = f.gep(src, f.affine((plane, H * W * block), (row, sh * W * block)))
+    d0 = f.gep(dst, f.mul("%item", OW * block))
+    with f.loop(OW) as x:
+        d, s_ = f.gep(d0, f.mul(x, block)), f.gep(s0, f.mul(x, sw * block))
+        f.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr align 4 {d}, ptr align 4 {s_}, i64 {block * 4}, i1 false)")
+    f.emit("ret void")
+    return f.text()
 
 
 def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None) -> int:
@@ -304,7 +358,9 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if affine_activation not in ACTIVATIONS:
         raise ValueError(f"affine_activation must be one of {ACTIVATIONS}, got {affine_activation!r}")
     lanes = lanes or host_cpu().lanes
-    workload = join_rows(workload, config)
+    source = workload  # what the data argument holds
+    compact = compact_input(workload) is not None
+    workload = kernel_workload(workload, config)
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
     OH, OW = workload.out_height, workload.out_width
@@ -348,7 +404,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         f = IRFunction(f"define internal void @{name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
                        f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
                        md_base=1000 * R + 100 * ("all", "first", "mid", "last").index(mode))
-        data = arg_ptr(f, SCRATCH_ARG if copy_pad else 0)
+        data = arg_ptr(f, SCRATCH_ARG if copy_pad or compact else 0)
         weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
         bias_p = arg_ptr(f, 3) if bias else None
         res_p = arg_ptr(f, 4) if residual else None
@@ -566,6 +622,9 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if copy_pad:
         functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, ICB, H, W, icb, workload.padding))
         phases.append((f"{name}_pad", N * ICB * H))
+    if compact:
+        functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", source, icb, SCRATCH_ARG))
+        phases.append((f"{name}_sub", N * ICB * source.out_height))
     phases.append((f"{name}_item", N * OCB * NB, True))
     return "".join(functions) + intr.declarations() + PREFETCH_DECL + parallel_entry_ir(name, phases)
 
@@ -587,8 +646,11 @@ class Conv2DKernel(Kernel):
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation)
         t, l, b, r = workload.padding
-        scratch = ([np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
-                   if pads_by_copy(workload, config) else [])
+        scratch = []
+        if pads_by_copy(workload, config):
+            scratch = [np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
+        elif compact_input(workload) is not None:
+            scratch = [np.zeros((N, IC // icb, OH, OW, icb), np.float32)]
         shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
                       bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None,
                       out2=self.output_shape if affine_out else None, scale2=self.bias_shape if affine_out else None,

@@ -55,7 +55,7 @@ import numpy as np
 
 from kernels.config import Conv2DConfig
 from kernels.config_space import Space, fallback_config, tuning_space
-from kernels.conv2d import join_rows, supported  # supported: the codegen's own checks, never try what cannot build
+from kernels.conv2d import kernel_workload, supported  # supported: the codegen's own checks, never try what cannot build
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
@@ -170,7 +170,7 @@ def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, f
     """(accumulator registers, lane utilisation, fraction of wasted columns) of a register tile."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    ow = join_rows(workload, c).out_width  # rows a 1x1 kernel joins into one have one tail
+    ow = kernel_workload(workload, c).out_width  # rows a 1x1 kernel joins into one have one tail
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
     return c.ow_bn * c.oh_bn * vectors, utilisation, waste
 

@@ -314,3 +314,23 @@ def test_1x1_rows_joined_within_work_items_match_the_reference(ow_bn):
     assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
     run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
     run_and_compare(wl, cfg, residual=True, nthreads=1)
+
+
+@pytest.mark.parametrize("shape,strides,cfg", [
+    ((1, 32, 9, 11), (2, 2), Conv2DConfig(8, 16, 3)),  # odd sizes: the last row/column read is not the last
+    ((2, 16, 12, 7), (3, 1), Conv2DConfig(16, 8, 4)),  # asymmetric, two images
+    ((1, 64, 14, 14), (2, 2), Conv2DConfig(4, 32, 5)),  # sub-vector input blocks
+])
+def test_strided_1x1_reads_a_compact_copy_and_matches_the_reference(monkeypatch, shape, strides, cfg):
+    from kernels import conv2d as conv
+    from kernels.conv2d import compact_input
+
+    monkeypatch.setattr(conv, "COMPACT_MIN_WEIGHTS", 0)  # these convs are small
+    conv.build_conv2d.cache_clear()
+    wl = Conv2DWorkload(shape, (32, shape[1], 1, 1), strides=strides)
+    assert compact_input(wl).data_shape == (shape[0], shape[1], wl.out_height, wl.out_width)
+    assert build_conv2d(wl, cfg)._scratch[0].shape == (shape[0], shape[1] // cfg.ic_bn, wl.out_height, wl.out_width,
+                                                       cfg.ic_bn)
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
+    run_and_compare(wl, cfg, nthreads=1)
+    conv.build_conv2d.cache_clear()
