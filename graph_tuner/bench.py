@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.host_state import describe as describe_host, probe_host, speed as host_speed
 
 REGRESSION_THRESHOLD = 0.05
 OUR_PLANS = ("graph_tuned", "history_best", "default")
@@ -162,6 +163,7 @@ class Regression:
     previous_ms: float
     current_ms: float
     yardstick: float | None = None  # onnxruntime's change in the same runs (None: not measured both times)
+    host_change: float | None = None  # the host's per-CPU compute speed change (graph_tuner.host_state)
 
     @property
     def change(self) -> float:
@@ -173,14 +175,18 @@ class Regression:
         return None if self.yardstick is None else (1 + self.change) / (1 + self.yardstick) - 1
 
     def machine(self, threshold: float = REGRESSION_THRESHOLD) -> bool:
-        """Not our code: another runtime, or onnxruntime slowed down about as much (the host)."""
+        """Not our code: another runtime, or onnxruntime slowed down about as much, or the host's
+        cores did (our plans slowed more than onnxruntime on slower cores: session 7)."""
         rel = self.relative_change
-        return self.runtime not in OUR_PLANS or rel is not None and rel <= threshold
+        return (self.runtime not in OUR_PLANS or rel is not None and rel <= threshold
+                or self.host_change is not None and self.host_change < -threshold)
 
     def __str__(self) -> str:
         text = f"{self.model} {self.runtime}: {self.previous_ms:.3f} -> {self.current_ms:.3f} ms ({self.change:+.1%})"
         if self.yardstick is not None and self.runtime != "onnxruntime":
             text += f"; onnxruntime {self.yardstick:+.1%} in the same runs, so {self.relative_change:+.1%} relative"
+        if self.host_change is not None:
+            text += f"; the host's cores {self.host_change:+.1%}"
         return text
 
 
@@ -189,7 +195,8 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
 
     Each carries onnxruntime's change between the same two runs when both measured it:
     this shared host's speed drifts by tens of percent between runs, and onnxruntime, whose
-    code did not change, is the yardstick (:meth:`Regression.machine`).
+    code did not change, is the yardstick (:meth:`Regression.machine`); and the change of
+    the host's own speed (:mod:`graph_tuner.host_state`) when both files have it.
 
     >>> prev = {"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": 10.0}, "onnxruntime": {"median_ms": 20}}}}}
     >>> cur = {"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": 10.6}, "onnxruntime": {"median_ms": 20}}}}}
@@ -198,19 +205,22 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
     """
     out = []
     for model, entry in current.get("models", {}).items():
-        before = previous.get("models", {}).get(model, {}).get("runtimes", {})
+        then_entry = previous.get("models", {}).get(model, {})
+        before = then_entry.get("runtimes", {})
         runtimes = entry.get("runtimes", {})
         yardstick = None
         ort_now, ort_then = runtimes.get("onnxruntime"), before.get("onnxruntime")
         if ort_now and ort_then and ort_then.get("median_ms"):
             yardstick = ort_now["median_ms"] / ort_then["median_ms"] - 1
+        host_now, host_then = (host_speed(e.get("host") or {}) for e in (entry, then_entry))
+        host_change = host_now / host_then - 1 if host_now and host_then else None
         for runtime, now in runtimes.items():
             then = before.get(runtime)
             if not now or not then or not then.get("median_ms"):
                 continue
             if now["median_ms"] > then["median_ms"] * (1 + threshold):
                 out.append(Regression(model, runtime, then["median_ms"], now["median_ms"],
-                                      None if runtime == "onnxruntime" else yardstick))
+                                      None if runtime == "onnxruntime" else yardstick, host_change))
     return out
 
 
@@ -454,7 +464,11 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
             notes.append(f"{k}: output differs from graph_tuned by {err:.3g}")
 
+    host = {"before": probe_host()}
     by_round = _timed_rounds(runners, repeat)
+    host["after"] = probe_host()
+    notes += [p for p in host.values() if isinstance(p, str)]
+    print_fn(f"{name:<14} host: {describe_host(host)}")
     runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, "onnxruntime", "pytorch")}
     for k, rounds in by_round.items():
         s = [t for r in rounds for t in r]
@@ -475,7 +489,8 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
                  + (f"  conv+transforms: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
                     f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms"
                     if k in programs else ""))
-    return {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes}
+    return {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes,
+            "host": host}
 
 
 def write_chart(results: dict, path: str | os.PathLike) -> None:

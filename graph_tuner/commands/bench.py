@@ -45,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
     for r in results["regressions"]:
         print(f"REGRESSION (> 5% slower than {results['previous']}): {r}")
     for r in results.get("machine_slower", []):
-        print(f"note: slower than {results['previous']}, but onnxruntime as much (the machine?): {r}")
+        print(f"note: slower than {results['previous']}, but so was onnxruntime or the host's cores: {r}")
     return 0
