@@ -14,10 +14,11 @@ A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel b
 (:func:`ic_batch`, as MLAS does): each batch sweeps all of a work item's rows with its
 weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2.6% faster
 with the same configs). A 1x1 stride-1 conv runs each work item's rows as one long row
-(:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one first copies
-the pixels it reads into a compact scratch (:func:`compact_input`). Grouped convs use the same
-template with the reduction restricted to the output block's group (blocks must divide the channels per group); depthwise convs have
-their own template in :mod:`kernels.depthwise`.
+(:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one (not too small) copies
+the pixels it reads into a compact scratch first (:func:`compact_input`). Grouped convs use
+the same template with the reduction restricted to the output block's group (blocks must
+divide the channels per group); depthwise convs have their own template in
+:mod:`kernels.depthwise`.
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
