@@ -29,10 +29,11 @@ from typing import Callable
 import numpy as np
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.host_state import describe as describe_host, probe_host, speed as host_speed
+from graph_tuner.host_state import describe as describe_host, probe_call, speed as host_speed
 
 REGRESSION_THRESHOLD = 0.05
 OUR_PLANS = ("graph_tuned", "history_best", "default")
+HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
 
 
 @dataclass
@@ -464,10 +465,9 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         if err > 1e-3 * max(1.0, float(np.abs(ref).max())):
             notes.append(f"{k}: output differs from graph_tuned by {err:.3g}")
 
-    host = {"before": probe_host()}
-    by_round = _timed_rounds(runners, repeat)
-    host["after"] = probe_host()
-    notes += [p for p in host.values() if isinstance(p, str)]
+    probe, probe_flops = probe_call()  # the host's speed, timed in the same rounds (graph_tuner.host_state)
+    by_round = _timed_rounds({**runners, HOST_PROBE: probe}, repeat)
+    host = {"conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)]}
     print_fn(f"{name:<14} host: {describe_host(host)}")
     runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, "onnxruntime", "pytorch")}
     for k, rounds in by_round.items():

@@ -1,10 +1,11 @@
 """`graph-tuner bench`: regression flagging and results files, on synthetic results (no timing but
-the host probe's own)."""
+the host probe's)."""
 from __future__ import annotations
 
 import datetime as dt
 import json
 
+import numpy as np
 import pytest
 
 from graph_tuner import bench
@@ -202,32 +203,27 @@ def test_onnxruntime_workers_stop_spinning_when_a_run_returns(tmp_path, calls_to
 
 def test_slower_cores_make_a_slowdown_the_machine():
     """Our plans slowed more than onnxruntime on slower cores (session 7): the host probe tells."""
-    def with_host(results, gflops):
-        results["models"]["resnet-18"]["host"] = {"before": {"conv_gflops": gflops, "dram_read_gbs": 12.0},
-                                          "after": "host probe failed: timeout"}  # a failed probe is skipped
+    def with_host(results, rounds):
+        results["models"]["resnet-18"]["host"] = {"conv_gflops_rounds": rounds}
         return results
 
-    prev = with_host(_results(graph_tuned=10.0, onnxruntime=20.0), [90.0, 90.0])
-    slow = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [60.0, 75.0])  # cores -25%
+    prev = with_host(_results(graph_tuned=10.0, onnxruntime=20.0), [90.0, 85.0, 95.0])
+    slow = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [60.0, 67.5, 90.0])  # median -25%
     [r] = bench.find_regressions(slow, prev)
     assert r.host_change == pytest.approx(67.5 / 90 - 1) and r.machine() and "cores -25.0%" in str(r)
-    same = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [88.0, 89.0])  # cores -1.7%: ours
+    same = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [88.5, 60.0, 95.0])  # median -1.7%: ours
     [r] = bench.find_regressions(same, prev)
     assert not r.machine()
     [r] = bench.find_regressions(_results(graph_tuned=11.0, onnxruntime=20.0), prev)  # no probe now: ours
     assert r.host_change is None and not r.machine()
 
 
-def test_host_probe_measures_every_cpu_in_a_child_process():
-    import os
+def test_the_host_probe_is_timed_in_the_rounds_like_a_runtime():
+    from graph_tuner.host_state import describe, probe, probe_call, speed
 
-    from graph_tuner.host_state import describe, probe_host, speed
-
-    before = os.sched_getaffinity(0)
-    p = probe_host()
-    assert isinstance(p, dict), p
-    assert len(p["conv_gflops"]) == len(before) and all(g > 0.1 for g in p["conv_gflops"]) and p["dram_read_gbs"] > 0
-    assert os.sched_getaffinity(0) == before  # this process (and its thread pool) stays unpinned
-    host = {"before": p, "after": p}
-    assert speed(host) == pytest.approx(sum(p["conv_gflops"]) / len(p["conv_gflops"]))
-    assert describe(host).startswith("conv GFLOP/s per CPU ") and describe(host).endswith(" GB/s")
+    call, flops = probe_call()
+    rounds = bench._timed_rounds({"a": lambda: None, bench.HOST_PROBE: call}, repeat=6, settle_s=0)
+    host = {"conv_gflops_rounds": [flops / np.median(r) / 1e9 for r in rounds[bench.HOST_PROBE]]}
+    assert len(host["conv_gflops_rounds"]) == 3 and all(g > 0.1 for g in host["conv_gflops_rounds"])
+    assert min(host["conv_gflops_rounds"]) <= speed(host) <= max(host["conv_gflops_rounds"])
+    assert describe(host).startswith("one-thread conv ") and probe() > 0.1
