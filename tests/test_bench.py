@@ -227,3 +227,33 @@ def test_the_host_probe_is_timed_in_the_rounds_like_a_runtime():
     assert len(host["conv_gflops_rounds"]) == 3 and all(g > 0.1 for g in host["conv_gflops_rounds"])
     assert min(host["conv_gflops_rounds"]) <= speed(host) <= max(host["conv_gflops_rounds"])
     assert describe(host).startswith("one-thread conv ") and probe() > 0.1
+
+
+def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
+    """Profile and re-timing alternate over the plans; one disturbed round does not decide."""
+    from graph_tuner.executor.program import Profile, StepTime
+
+    order = []
+
+    class FakeProgram:
+        def __init__(self, name, conv_ms):
+            self.name, self.conv_ms = name, iter(conv_ms)
+
+        def profile(self, repeat):
+            order.append(("profile", self.name))
+            return Profile([StepTime("c", "conv", [], next(self.conv_ms), None),
+                            StepTime("t", "transform", [], 1.0, None)])
+
+    retimes = {"a": iter([10.0, 30.0, 11.0]), "b": iter([5.0, 5.0, 6.0])}
+
+    def fake_retimed(plan, model=None):
+        order.append(("retime", plan))
+        return next(retimes[plan])
+
+    monkeypatch.setattr(bench, "retimed_cost_ms", fake_retimed)
+    programs = {"a": FakeProgram("a", [9.0, 37.0, 10.0]), "b": FakeProgram("b", [4.0, 4.5, 4.2])}
+    checks = bench.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
+    assert order[:4] == [("profile", "a"), ("retime", "a"), ("profile", "b"), ("retime", "b")] and len(order) == 12
+    assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,
+                           "by_category_ms": {"conv": 10.0, "transform": 1.0, "other": 0.0}}
+    assert checks["b"]["measured_planned_ms"] == pytest.approx(5.2) and checks["b"]["retimed_predicted_ms"] == 5.0
