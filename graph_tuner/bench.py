@@ -165,7 +165,7 @@ class Regression:
     previous_ms: float
     current_ms: float
     yardstick: float | None = None  # onnxruntime's change in the same runs (None: not measured both times)
-    host_change: float | None = None  # the host's per-CPU compute speed change (graph_tuner.host_state)
+    host_change: float | None = None  # the host probe's change (one-thread conv in the rounds: graph_tuner.host_state)
 
     @property
     def change(self) -> float:
