@@ -112,8 +112,11 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     prog = compile_model(model, plan, params)
     outputs = prog.run(seeded_input(model) if x is None else x)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
-    profile = prog.profile(repeat=max(5, repeat // 2))
-    retimed = retimed_cost_ms(plan, model) if retime else None
+    if retime:
+        check = prediction_checks({"plan": prog}, {"plan": plan}, model, repeat)["plan"]
+        profile, retimed = check["profile"], check["retimed_predicted_ms"]
+    else:
+        profile, retimed = prog.profile(repeat=max(5, repeat // 2)), None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
                      profile, outputs, retimed)
 
@@ -423,20 +426,23 @@ PREDICTION_ROUNDS = 3
 def prediction_checks(programs: dict, plans: dict, model, repeat: int) -> dict[str, dict]:
     """Per plan: its conv + transform steps measured in the network (:meth:`Program.profile`)
     and its prediction re-timed now (:func:`retimed_cost_ms`), in :data:`PREDICTION_ROUNDS`
-    alternating rounds over the plans, medians. One profile after the timed rounds read
-    ResNet-18's steps at 37.0 ms when the rounds' median run took 20.9 (session 8): a
-    burst of load hit it."""
+    alternating rounds over the plans: each step's median (``profile``), and the median
+    re-timing. One profile after the timed rounds read ResNet-18's steps at 37.0 ms when the
+    rounds' median run took 20.9 (session 8): a burst of load hit it."""
+    from graph_tuner.executor import Profile
+
     measured: dict[str, list] = {k: [] for k in programs}
     retimed: dict[str, list[float]] = {k: [] for k in programs}
     for _ in range(PREDICTION_ROUNDS):
         for k, program in programs.items():
             measured[k].append(program.profile(repeat=max(3, repeat // (3 * PREDICTION_ROUNDS))))
             retimed[k].append(retimed_cost_ms(plans[k], model))
-    return {k: {"retimed_predicted_ms": float(np.median(retimed[k])),
-                "measured_planned_ms": float(np.median([p.measured_planned_ms for p in measured[k]])),
-                "by_category_ms": {c: float(np.median([p.by_category()[c] for p in measured[k]]))
-                                   for c in measured[k][0].by_category()}}
-            for k in programs}
+    out = {}
+    for k in programs:
+        profile = Profile.median(measured[k])
+        out[k] = {"retimed_predicted_ms": float(np.median(retimed[k])), "profile": profile,
+                  "measured_planned_ms": profile.measured_planned_ms, "by_category_ms": profile.by_category()}
+    return out
 
 
 def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30, progress: bool = True,
@@ -501,7 +507,8 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
             ratio, lo, hi = paired_ratio(rounds, by_round["graph_tuned"])
             runtimes[k]["vs_graph_tuned"] = {"ratio": ratio, "interval90": [lo, hi]}
         if k in programs:
-            runtimes[k] |= {"predicted_ms": plans[k].cost, "transforms": len(plans[k].transforms), **checks[k]}
+            runtimes[k] |= {"predicted_ms": plans[k].cost, "transforms": len(plans[k].transforms),
+                            **{c: v for c, v in checks[k].items() if c != "profile"}}
         r = runtimes[k]
         vs = r.get("vs_graph_tuned")
         print_fn(f"{name:<14} {k:<13} median {r['median_ms']:8.3f} ms  p90 {r['p90_ms']:8.3f} ms"

@@ -254,6 +254,7 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
     programs = {"a": FakeProgram("a", [9.0, 37.0, 10.0]), "b": FakeProgram("b", [4.0, 4.5, 4.2])}
     checks = bench.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
     assert order[:4] == [("profile", "a"), ("retime", "a"), ("profile", "b"), ("retime", "b")] and len(order) == 12
+    assert [s.median_ms for s in checks["a"].pop("profile").steps] == [10.0, 1.0]  # each step's median
     assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,
                            "by_category_ms": {"conv": 10.0, "transform": 1.0, "other": 0.0}}
     assert checks["b"]["measured_planned_ms"] == pytest.approx(5.2) and checks["b"]["retimed_predicted_ms"] == 5.0

@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-output", metavar="Y.npy", help="write the (first) output to Y.npy")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.add_argument("--no-retime", action="store_true",
-                   help="skip re-timing the plan's kernels and transforms alone (a few seconds) for the prediction")
+                   help="skip re-timing the plan's kernels and transforms alone (3 rounds, alternating with "
+                        "the profile) for the prediction")
     p.add_argument("--batch", type=positive_int, default=None, help="batch size (default: the model's; 1 for zoo)")
     p.add_argument("--top", type=positive_int, default=10, metavar="K", help="slowest steps listed (default 10)")
     p.set_defaults(func=run)

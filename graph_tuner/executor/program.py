@@ -62,6 +62,19 @@ class Profile:
     def top(self, n: int = 10) -> list[StepTime]:
         return sorted(self.steps, key=lambda s: -s.median_ms)[:n]
 
+    @staticmethod
+    def median(profiles: list[Profile]) -> Profile:
+        """Each step's median over several profiles of one program (taken at different moments:
+        a burst of load on a shared host then moves one of them, not the result).
+
+        >>> a = Profile([StepTime("a", "conv", [], 1.0, 0.9)])
+        >>> Profile.median([a, Profile([StepTime("a", "conv", [], 9.0, 0.9)]), a]).steps[0].median_ms
+        1.0
+        """
+        first = profiles[0].steps
+        return Profile([StepTime(s.name, s.category, s.ops, float(np.median([p.steps[i].median_ms for p in profiles])),
+                                 s.predicted_ms) for i, s in enumerate(first)])
+
 
 class Program:
     """Runnable network. ``run(x)`` returns the outputs (plain NCHW / 2-d copies)."""
