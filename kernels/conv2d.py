@@ -113,14 +113,13 @@ def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | Non
     >>> join_rows(w, Conv2DConfig(16, 1024, 5), threads=2) == w  # 2 planes, and 7 rows cannot split evenly
     True
     """
-    from kernels.threads import num_threads
-
     N, IC, H, W = workload.data_shape
     if (workload.kernel_shape[2:] != (1, 1) or workload.strides != (1, 1) or any(workload.padding)
             or H == 1 or config.oh_bn > 1 or workload.groups > 1):
         return workload
-    planes, want = N * workload.out_channels // config.oc_bn, 8 * (threads or num_threads())
-    g = max(d for d in range(1, H + 1) if H % d == 0 and (d == 1 or planes * (H // d) >= want))
+    # The rows an item holds (rows_per_item), rounded down to a divisor of H: items stay whole rows.
+    rows = rows_per_item(N * workload.out_channels // config.oc_bn, H, 1, threads)
+    g = max(d for d in range(1, rows + 1) if H % d == 0)
     if g == 1:
         return workload
     return Conv2DWorkload((N, IC, H // g, g * W), workload.kernel_shape, dilation=workload.dilation)
