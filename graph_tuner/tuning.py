@@ -256,6 +256,79 @@ def tune_workloads(
     return summaries
 
 
+def retime_workloads(
+    workloads: Sequence[tuple[Conv2DWorkload, int]],
+    log_path: str | os.PathLike,
+    *,
+    measure: Callable | None = None,
+    confirm: int = 20,
+    progress: bool = True,
+    print_fn: Callable[[str], object] = lambda s: None,
+) -> int:
+    """Time each workload's finalists again and replace their records in the log; no search.
+
+    The finalists are the configs ``solve`` would weigh: the fastest config of each of the
+    ``confirm`` fastest layout pairs (:func:`graph_tuner.candidates.layer_candidates`, this
+    host's records only). They are timed in interleaved rounds
+    (:func:`kernels.tuner.retime`), and all their old records are replaced by the new
+    timings, so the log then says what they cost with today's kernels on today's host.
+    Why: a log keeps the times of the kernels and the load it was tuned with; ResNet-50's
+    shipped log predicted 17% more than its plan took (benchmarks/README.md, session 9).
+    The log is rewritten through a temporary file (a crash leaves it as it was). Returns
+    the number of configs re-timed.
+    """
+    from tqdm import tqdm
+
+    from graph_tuner.atomic import atomic_write_text
+    from graph_tuner.candidates import layer_candidates, match_key
+    from kernels.tuner import CONFIRM_ROUNDS, retime
+
+    path = Path(log_path)
+    target = host_target()
+    if not path.exists():
+        raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
+    repair_tail(path)
+    records = [r for r in read_records(path, skip_bad_lines=True).records
+               if getattr(r, "target", None) == target]
+    for w, _ in workloads:
+        if not any(match_key(r.workload) == match_key(w) for r in records if hasattr(r, "config_index")):
+            raise GraphTunerError(f"{path}: no {target} record of {describe(w)}; tune it first "
+                                  f"(`graph-tuner tune` without --retime)")
+    finalists = layer_candidates([w for w, _ in workloads], records, k=confirm, target=target)
+    timings = []
+    bar = tqdm(total=sum(len(c) for c in finalists) * CONFIRM_ROUNDS, desc="re-timing finalists",
+               unit="timing", disable=not progress)
+    try:
+        for (w, _), cands in zip(workloads, finalists):
+            ms = retime(w, [c.config for c in cands], measure=measure, callback=lambda m: bar.update(1))
+            timings.append((w, ms))
+            old = {c.config: c.time for c in cands}
+            ok = [m for m in ms if m.ok]
+            if ok:
+                best = min(ok, key=lambda m: m.seconds)
+                print_fn(f"{describe(w)}: {len(cands)} finalists re-timed; fastest {best.seconds * 1e3:.3f} ms "
+                         f"(logged {old[best.config] * 1e3:.3f})")
+    finally:
+        bar.close()
+    replaced = {(conv_input_key(w, target), m.index) for w, ms in timings for m in ms}
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            obj = json.loads(line)
+            if (_input_key(obj["input"]), obj["config"]["index"]) in replaced:
+                continue
+        except (ValueError, KeyError, TypeError):
+            pass  # not a record of ours: keep it as it is
+        kept.append(line)
+    for w, ms in timings:
+        for m in ms:
+            rec = make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
+                                     error_no=m.error_no, all_cost=m.elapsed)
+            kept.append(format_record(rec))
+    atomic_write_text(path, "\n".join(kept) + "\n")
+    return len(replaced)
+
+
 def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:
     from kernels.tuner import tuning_space
 
@@ -348,10 +421,26 @@ def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSum
     # plain ops read (a global pool's output before flatten), which no conv reads.
     kwargs.setdefault("transform_shapes", [t.shape for t in analyse(m).tensors])
     if kwargs.get("measure") is None:
-        from kernels.tuner import KernelTimer
-
-        kwargs["measure"] = KernelTimer(epilogues=workload_epilogues(m))
+        kwargs["measure"] = model_timer(m)
     return tune_workloads(m.distinct_workloads(), log_path, **kwargs)
+
+
+def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
+    """:func:`retime_workloads` over a model's distinct conv workloads, each timed with the
+    fused epilogue its layers run."""
+    from graph_tuner.model import load_model
+
+    m = load_model(model)
+    if kwargs.get("measure") is None:
+        kwargs["measure"] = model_timer(m)
+    return retime_workloads(m.distinct_workloads(), log_path, **kwargs)
+
+
+def model_timer(model):
+    """The tuner's timer for a model's convs: each workload with its layers' fused epilogue."""
+    from kernels.tuner import KernelTimer
+
+    return KernelTimer(epilogues=workload_epilogues(model))
 
 
 def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:

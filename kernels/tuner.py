@@ -357,13 +357,40 @@ def tune(
             if pair not in fastest or s < seconds[fastest[pair]]:
                 fastest[pair] = i
         chosen = sorted(fastest.values(), key=lambda i: seconds[i])[:confirm]
-        for r in range(CONFIRM_ROUNDS):
-            for i in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:
-                m = dataclasses.replace(_run(measure, workload, space, i, configs[i]), confirmation=True)
-                result.confirmations.append(m)
-                if callback is not None:
-                    callback(m)
+        result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure, callback=callback)
     return result
+
+
+def retime(
+    workload: Conv2DWorkload,
+    configs: list[Conv2DConfig],
+    *,
+    measure: Callable[[Conv2DWorkload, Conv2DConfig], float] | None = None,
+    callback: Callable[[Measurement], object] | None = None,
+    rounds: int = CONFIRM_ROUNDS,
+) -> list[Measurement]:
+    """Time ``configs`` of ``workload`` again in ``rounds`` rounds, each round timing every
+    one of them once, starting one further along each round, so that each sees the same
+    drift of a shared host. Returns the timings (``confirmation`` set) round by round;
+    each is also passed to ``callback``.
+
+    >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
+    >>> ms = retime(w, [Conv2DConfig(8, 8, 4), Conv2DConfig(4, 8, 2)], measure=lambda wl, c: 1e-4 * c.ow_bn)
+    >>> [(m.config.ow_bn, m.seconds) for m in ms[:4]], len(ms), all(m.confirmation for m in ms)
+    ([(4, 0.0004), (2, 0.0002), (2, 0.0002), (4, 0.0004)], 6, True)
+    """
+    measure = measure or KernelTimer()
+    space = tuning_space(workload)
+    indices = [space.index(_entity_of(c, space)) for c in configs]
+    out = []
+    for r in range(rounds):
+        k = r % len(configs) if configs else 0
+        for i, c in zip(indices[k:] + indices[:k], configs[k:] + configs[:k]):
+            m = dataclasses.replace(_run(measure, workload, space, i, c), confirmation=True)
+            out.append(m)
+            if callback is not None:
+                callback(m)
+    return out
 
 
 def _entity_of(config: Conv2DConfig, space: Space) -> dict:

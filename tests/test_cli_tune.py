@@ -43,6 +43,13 @@ def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):
     assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3"]) == 0  # nothing left to do
     assert len(log.read_text().splitlines()) == n_lines
     assert "0 new + 3 logged" in capsys.readouterr().out
+    before = read_records(log).records
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--retime", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "re-timed 6 configs" in out and "host while re-timing" in out  # every config is a finalist here
+    after = read_records(log).records
+    assert len(after) == 6 * 3 + len([r for r in before if not hasattr(r, "config_index")])
+    assert {(r.workload, r.config_index) for r in after if hasattr(r, "config_index")} == configs
 
 
 @pytest.mark.parametrize("args, message", [
@@ -50,6 +57,7 @@ def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):
     (["resnet-18", "--time-budget", "-5"], "--time-budget must be > 0"),
     (["resnet-17"], "unknown model 'resnet-17'"),
     (["resnet-18", "--batch", "0"], "batch must be a positive integer"),
+    (["resnet-18", "--retime", "--trials", "5"], "--retime does not search"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys):
     assert main(["tune", *args, "-o", str(tmp_path / "x.log")]) == 2

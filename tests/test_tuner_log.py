@@ -6,9 +6,9 @@ import pytest
 from graph_tuner.candidates import fallback_config, layer_candidates
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import read_records
-from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, transform_keys,
-                                tune_workloads)
-from kernels.config_space import task_space, tuning_space
+from graph_tuner.tuning import (append_transforms, conv_input_key, host_target, logged, repair_tail,
+                                retime_workloads, transform_keys, tune_workloads)
+from kernels.config_space import entity_config, task_space, tuning_space
 from kernels.jit import host_cpu
 from kernels.tuner import INSTANTIATION_ERROR, MeasureError
 from kernels.workload import Conv2DWorkload
@@ -203,3 +203,45 @@ def test_tune_model_times_each_workload_with_its_layers_epilogue(tmp_path, monke
     monkeypatch.setattr("kernels.tuner.KernelTimer", Timer)
     tune_model(model, tmp_path / "t.log", trials=3, progress=False, transforms=False, confirm=0)
     assert seen == [epilogues]
+
+
+def test_retime_replaces_the_finalists_records_and_keeps_everything_else(tmp_path):
+    log = tmp_path / "t.log"
+    tune_workloads([(W3, 1), (W1, 1)], log, trials=12, measure=fake, progress=False, transforms=False, confirm=5)
+    foreign = json.loads(log.read_text().splitlines()[0])
+    foreign["input"][0] = "llvm -mcpu=other"  # another CPU's record of the same config: not ours to replace
+    with open(log, "a") as f:
+        f.write(json.dumps(foreign) + "\n")
+    before = read_records(log).records
+    finalists = {w: layer_candidates([w], [r for r in before if r.target == host_target()], k=4,
+                                     target=host_target())[0] for w in (W3, W1)}
+    n = retime_workloads([(W3, 1), (W1, 1)], log, measure=lambda w, c: 3 * fake(w, c), confirm=4, progress=False)
+    assert n == 8
+    after = read_records(log).records
+    for w in (W3, W1):
+        chosen = {c.record.config_index for c in finalists[w]}
+        mine = [r for r in after if r.workload == w and r.target == host_target()]
+        for i in chosen:  # only the new timings: 3 rounds at the new speed
+            assert [r.time for r in mine if r.config_index == i] == pytest.approx([3 * fake(w, entity_config(
+                next(r for r in mine if r.config_index == i).entity))] * 3)
+        untouched = sorted((r.config_index, r.time) for r in before
+                           if r.workload == w and r.target == host_target() and r.config_index not in chosen)
+        assert untouched == sorted((r.config_index, r.time) for r in mine if r.config_index not in chosen)
+        assert len(untouched) > 0
+    assert sum(r.target == "llvm -mcpu=other" for r in after) == 1
+    # solve now weighs the finalists at their new times
+    (cands,) = layer_candidates([W1], [r for r in after if r.target == host_target()], target=host_target())
+    now = {(c.in_block, c.out_block): (c.record.config_index, c.time) for c in cands}
+    for c in finalists[W1]:
+        assert now[(c.in_block, c.out_block)] == (c.record.config_index, pytest.approx(3 * c.time))
+
+
+def test_retime_needs_records_of_every_workload(tmp_path):
+    log = tmp_path / "t.log"
+    tune_workloads([(W1, 1)], log, trials=3, measure=fake, progress=False, transforms=False)
+    text = log.read_text()
+    with pytest.raises(GraphTunerError, match="no .* record of conv2d data \\[1,32,14,14\\]"):
+        retime_workloads([(W1, 1), (W3, 1)], log, measure=fake, progress=False)
+    assert log.read_text() == text
+    with pytest.raises(GraphTunerError, match="no such log"):
+        retime_workloads([(W1, 1)], tmp_path / "missing.log", measure=fake, progress=False)

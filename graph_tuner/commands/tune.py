@@ -19,6 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="wall time for the conv search, split evenly over the workloads left "
                         "(time one does not use passes to the next)")
     p.add_argument("--batch", type=int, default=None, metavar="N", help="batch size (default: the model's, 1 for zoo)")
+    p.add_argument("--retime", action="store_true",
+                   help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
+                        "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
+                        "to refresh a log after a kernel upgrade or on a calmer host")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (summary lines only)")
     p.set_defaults(func=run)
 
@@ -27,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.host_state import probe
     from graph_tuner.model import load_model
-    from graph_tuner.tuning import DEFAULT_TRIALS, tune_model
+    from graph_tuner.tuning import DEFAULT_TRIALS, retime_model, tune_model
 
+    if args.retime and (args.trials is not None or args.time_budget is not None):
+        raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if trials < 1:
         raise GraphTunerError(f"--trials must be >= 1, got {trials}")
@@ -40,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     # The host's speed at the start and the end: a shared host's load moves the rankings of
     # configs (benchmarks/README.md, sessions 7-8), so say what host this log was tuned on.
     before = probe()
+    if args.retime:
+        n = retime_model(model, args.output, progress=not args.no_progress, print_fn=print)
+        print(f"re-timed {n} configs; log: {args.output}")
+        print(f"host while re-timing: one-thread conv {before:.0f} GFLOP/s at the start, {probe():.0f} at the end")
+        return 0
     summaries = tune_model(model, args.output, trials=trials, time_budget=args.time_budget,
                            progress=not args.no_progress, print_fn=print)
     after = probe()
