@@ -310,15 +310,20 @@ def retime_workloads(
                          f"(logged {old[best.config] * 1e3:.3f})")
     finally:
         bar.close()
-    replaced = {(conv_input_key(w, target), m.index) for w, ms in timings for m in ms}
+    # A record is replaced when it times the same config of the same workload (as `solve`
+    # matches them: formatting of the arguments aside) on this target.
+    def ident(workload, entity) -> tuple:
+        return match_key(workload), entity_config(entity)
+
+    replaced = {ident(w, dict((e[0], e[2]) for e in m.entity)) for w, ms in timings for m in ms}
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            obj = json.loads(line)
-            if (_input_key(obj["input"]), obj["config"]["index"]) in replaced:
+            (rec,) = read_records([line]).records
+            if rec.target == target and hasattr(rec, "config_index") and ident(rec.workload, rec.entity) in replaced:
                 continue
-        except (ValueError, KeyError, TypeError):
-            pass  # not a record of ours: keep it as it is
+        except (GraphTunerError, ValueError):
+            pass  # not one record of ours: keep the line as it is
         kept.append(line)
     for w, ms in timings:
         for m in ms:
