@@ -1,0 +1,96 @@
+"""Hand-run A/B: a model built twice, timed end to end side by side with onnxruntime and the
+host probe: as shipped (the plan solved from the log shipped for this CPU, today's kernels),
+and changed (the plan from another log, or a ``kernels.conv2d`` constant at another value).
+
+    python benchmarks/ab_kernels.py resnet-50 --set UNROLL_1X1=1 [--rounds 40] [--calls 4]
+    python benchmarks/ab_kernels.py resnet-50 --log data/rocketlake/resnet-50.log
+
+Both builds run on the same seeded weights and input, their outputs checked equal first;
+rounds interleave every runner in
+rotating order (``graph_tuner.bench._timed_rounds``), and each ratio pairs rounds
+(``paired_ratio``): above 1, that runner took longer than the current build. The host probe
+(a one-thread conv) says whether the host was calm: compare its GFLOP/s with about 100 on
+the EPYC when calm.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import kernels.conv2d as conv
+from graph_tuner.api import GraphTuner
+from graph_tuner.bench import HOST_PROBE, _timed_rounds, onnxruntime_runner, paired_ratio, seeded_input
+from graph_tuner.executor import compile_model
+from graph_tuner.host_state import probe_call
+from graph_tuner.model import load_model
+from graph_tuner.shipped import shipped_log
+from kernels.threads import num_threads
+
+
+def build(model, plan, params, name: str, value) -> object:
+    """The plan's program with ``kernels.conv2d.<name>`` set to ``value`` while its kernels compile."""
+    old = getattr(conv, name)
+    setattr(conv, name, value)
+    conv.build_conv2d.cache_clear()  # kernels built with the other value must not be reused
+    try:
+        return compile_model(model, plan, params)
+    finally:
+        setattr(conv, name, old)
+        conv.build_conv2d.cache_clear()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--log", help="solve the changed build's plan from this tuning log")
+    ap.add_argument("--set", dest="change", metavar="NAME=VALUE",
+                    help="build the changed build's kernels with this kernels.conv2d constant (a Python literal)")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--calls", type=int, default=4, help="calls per runner per round")
+    args = ap.parse_args()
+    if not (args.log or args.change):
+        ap.error("say what changes: --log, --set or both")
+    name, _, text = (args.change or "").partition("=")
+    if args.change and not hasattr(conv, name):
+        ap.error(f"kernels.conv2d has no constant {name!r}")
+
+    model = load_model(args.model)
+    plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve()
+    params, x = model.params(seed=0), seeded_input(model)
+    current = compile_model(model, plan, params)
+    other = GraphTuner(model, args.log, top_k=20).solve() if args.log else plan
+    if args.change:
+        value = type(getattr(conv, name))(eval(text, {}))
+        changed = build(model, other, params, name, value)
+    else:
+        changed = compile_model(model, other, params)
+    ref = current.run(x)[0]
+    np.testing.assert_allclose(changed.run(x)[0], ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    label = " ".join(filter(None, [args.log and Path(args.log).parent.name + " log", args.change]))
+    print(f"predicted: current {plan.cost:.2f} ms, changed {other.cost:.2f} ms (each by its own log)")
+    runners = {"current": current.execute, label: changed.execute}
+    with tempfile.TemporaryDirectory() as tmp:
+        ort = onnxruntime_runner(model, params, x, num_threads(), Path(tmp))
+        if isinstance(ort, str):
+            print(f"note: {ort}")
+        else:
+            runners["onnxruntime"] = ort[0]
+        probe, flops = probe_call()
+        rounds = _timed_rounds({**runners, HOST_PROBE: probe}, args.rounds * args.calls, rounds=args.rounds)
+    gflops = [flops / np.median(r) / 1e9 for r in rounds.pop(HOST_PROBE)]
+    print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, {num_threads()} threads; host probe "
+          f"{np.median(gflops):.0f} GFLOP/s (range {min(gflops):.0f}-{max(gflops):.0f})")
+    for k, r in rounds.items():
+        med = np.median([t for rr in r for t in rr]) * 1e3
+        line = f"  {k:<24} median {med:8.3f} ms"
+        if k != "current":
+            ratio, lo, hi = paired_ratio(r, rounds["current"])
+            line += f"  {ratio:.3f}x current's time (90% interval {lo:.3f}-{hi:.3f})"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
