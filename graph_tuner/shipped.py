@@ -1,12 +1,12 @@
 """The tuning logs shipped in ``data/``, one folder per CPU they were tuned on.
 
 ``data/<cpu>/<model>.log``, where ``<cpu>`` is LLVM's name for the CPU (the records'
-``-mcpu=``, e.g. ``rocketlake``, ``znver3``). A log's kernel and transform times are that
+``-mcpu=``, e.g. ``rocketlake``, ``znver4``). A log's kernel and transform times are that
 machine's: a plan solved from them is optimal there, so the main job prefers the log of
 the CPU it runs on.
 
 >>> sorted(shipped_logs("resnet-18"))
-['rocketlake', 'znver3']
+['rocketlake', 'znver3', 'znver4']
 """
 from __future__ import annotations
 
