@@ -2,8 +2,8 @@
 host probe: as shipped (the plan solved from the log shipped for this CPU, today's kernels),
 and changed (the plan from another log, or a ``kernels.conv2d`` constant at another value).
 
-    python benchmarks/ab_kernels.py resnet-50 --set UNROLL_1X1=1 [--rounds 40] [--calls 4]
-    python benchmarks/ab_kernels.py resnet-50 --log data/rocketlake/resnet-50.log
+    python benchmarks/ab_builds.py resnet-50 --set UNROLL_1X1=1 [--rounds 40] [--calls 4]
+    python benchmarks/ab_builds.py resnet-50 --log data/rocketlake/resnet-50.log
 
 Both builds run on the same seeded weights and input, their outputs checked equal first;
 rounds interleave every runner in
@@ -15,6 +15,7 @@ the EPYC when calm.
 from __future__ import annotations
 
 import argparse
+import ast
 import tempfile
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def main() -> None:
     current = compile_model(model, plan, params)
     other = GraphTuner(model, args.log, top_k=20).solve() if args.log else plan
     if args.change:
-        value = type(getattr(conv, name))(eval(text, {}))
+        value = type(getattr(conv, name))(ast.literal_eval(text))
         changed = build(model, other, params, name, value)
     else:
         changed = compile_model(model, other, params)
