@@ -10,12 +10,14 @@ Usage (after tuning kernels into ``resnet-18.log``)::
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
 from typing import Iterable
 
 from graph_tuner import candidates as cand
+from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
 from graph_tuner.model import Model, load_model
@@ -46,8 +48,9 @@ class GraphTuner:
         skip_bad_lines: bool = False,
         batch: int | None = None,
     ):
-        if top_k < 1:
-            raise GraphTunerError(f"--top-k must be at least 1, got {top_k}")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise GraphTunerError(f"--top-k must be a positive integer, got {top_k!r}")
+        check_environment()
         self.model = load_model(model, batch=batch)
         self.target = target
         self.kind = target.split()[0] if target.strip() else ""
@@ -110,6 +113,8 @@ class GraphTuner:
     def solve(self, solver: str = "dp", time_limit: float | None = None) -> Plan:
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+        if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 < time_limit < math.inf):
+            raise GraphTunerError(f"--time-limit must be a positive number of seconds, got {time_limit!r}")
         if self.kind == "cuda":
             return self._cuda_plan()
         missing = self.missing_transforms()
@@ -241,6 +246,7 @@ def apply_records(
     cache, else measured (``measure=True``) or estimated. A log whose length or
     workloads do not match the model's conv layers is a :class:`GraphTunerError`.
     """
+    check_environment()
     m = load_model(model, batch=batch)
     log = read_records(records)
     convs = m.convs()

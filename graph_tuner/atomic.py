@@ -1,43 +1,90 @@
 """Write output files atomically: a temp file in the same folder, then rename.
 
 A failed or interrupted run never leaves a partial output file, and an old file
-is replaced whole, never appended to.
+is replaced whole, never appended to. The file gets the mode a plain
+``open(path, "w")`` would give it: an existing file's mode, else 0o666 less the
+umask (``mkstemp`` alone makes it 0o600, which a team's next user cannot read).
+When a command writes several outputs, :func:`atomic_write_all` writes them all or
+replaces none. A folder that cannot be written is a :class:`GraphTunerError`
+naming the path.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Mapping
+
+from graph_tuner.errors import GraphTunerError
 
 
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """Open a temp file beside ``path``; on clean exit rename it over ``path``.
+def _umask() -> int:
+    # There is no way to read the umask without setting it; set it straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
-    >>> with atomic_open("/tmp/_gt_example.txt") as f:
-    ...     _ = f.write("hello\\n")
-    >>> open("/tmp/_gt_example.txt").read()
-    'hello\\n'
-    """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+
+def _mode_for(path: Path) -> int:
+    """The mode ``open(path, "w")`` would leave: the existing file's, else 0o666 & ~umask."""
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _unwritable(path: Path, e: OSError) -> GraphTunerError:
+    why = "it is a folder" if path.is_dir() else (e.strerror or type(e).__name__)
+    return GraphTunerError(f"{path}: cannot write the output ({why}); choose another path")
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temp file in ``path``'s folder (created if missing), with the output's mode."""
+    if path.is_dir():
+        raise GraphTunerError(f"{path}: is a folder; give a file path for the output")
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise _unwritable(path, e) from None
+    os.fchmod(fd, _mode_for(path))
+    return fd, tmp
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
-    with atomic_open(path, "w") as f:
-        f.write(text)
+    atomic_write_all({path: text})
+
+
+def atomic_write_all(outputs: Mapping[str | os.PathLike, str | bytes]) -> None:
+    """Write every ``path: content`` or none: all temp files are written and synced
+    first, and only then renamed over their paths, so a failure while writing any of
+    them (a full disk, a read-only folder) leaves every old file as it was.
+
+    >>> atomic_write_all({"/tmp/_gt_a.txt": "a\\n", "/tmp/_gt_b.txt": b"b\\n"})
+    >>> open("/tmp/_gt_a.txt").read() + open("/tmp/_gt_b.txt").read()
+    'a\\nb\\n'
+    """
+    temps: list[tuple[str, Path]] = []
+    current = Path(".")
+    try:
+        for path, content in outputs.items():
+            current = Path(path)
+            fd, tmp = _temp_beside(current)
+            temps.append((tmp, current))
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for tmp, current in temps:
+            os.replace(tmp, current)
+    except OSError as e:
+        raise _unwritable(current, e) from None
+    finally:
+        for tmp, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)

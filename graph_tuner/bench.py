@@ -229,6 +229,31 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
     return out
 
 
+def is_results(data: object) -> bool:
+    """Whether ``data`` has the shape of a results file, as far as the regression check reads it.
+
+    >>> is_results({"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": 1.0}}}}})
+    True
+    >>> is_results({"models": {"m": {"runtimes": {"graph_tuned": {"median_ms": "fast"}}}}})
+    False
+    """
+    def numbers(d: object, keys: tuple[str, ...]) -> bool:
+        return isinstance(d, dict) and all(isinstance(d.get(k, 0.0), (int, float)) for k in keys)
+
+    if not (isinstance(data, dict) and isinstance(data.get("models"), dict)
+            and isinstance(data.get("machine") or {}, dict)):
+        return False
+    for entry in data["models"].values():
+        if not (isinstance(entry, dict) and isinstance(entry.get("runtimes") or {}, dict)
+                and isinstance(entry.get("host") or {}, dict)):
+            return False
+        if not all(r is None or numbers(r, ("median_ms",)) for r in (entry.get("runtimes") or {}).values()):
+            return False
+        if not numbers(entry.get("host") or {}, ("conv_gflops_rounds",)):
+            return False
+    return True
+
+
 def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | None = None,
                      machine: dict | None = None) -> tuple[Path, dict] | None:
     """The newest readable results file in ``out_dir`` (names sort by time), other than ``exclude``.
@@ -244,8 +269,8 @@ def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | No
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if not (isinstance(data, dict) and "models" in data):
-            continue
+        if not is_results(data):
+            continue  # not ours, or damaged: no baseline
         theirs = data.get("machine") or {}
         if machine is None or all(theirs.get(k) == machine.get(k) for k in ("cpu", "threads")):
             return path, data
@@ -559,19 +584,25 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / "work").mkdir(exist_ok=True)
     except OSError as e:
-        raise GraphTunerError(f"{folder}: cannot create the results folder ({e.strerror}); choose another --out")
+        why = "it is a file" if folder.is_file() else e.strerror
+        raise GraphTunerError(f"--out {folder}: cannot use it as the results folder ({why}); "
+                              "choose another --out") from None
+    if not os.access(folder, os.W_OK):
+        raise GraphTunerError(f"--out {folder}: the results folder is not writable; choose another --out")
     stamp = (now or _dt.datetime.now()).strftime("%Y-%m-%dT%H%M%S")
     path = folder / f"{stamp}.json"
     work = folder / "work"
-    work.mkdir(exist_ok=True)
     results = {"date": stamp, "machine": {"cpu": host_cpu().name, "lanes": host_cpu().lanes,
                                           "threads": num_threads(), "cores": os.cpu_count()},
                "models": {}}
+    # The baseline is read before measuring, so the user learns at once what it is.
+    prev = previous_results(folder, exclude=path, machine=results["machine"])
+    print_fn(f"baseline: {prev[0]}" if prev else f"no earlier results from this machine in {folder}")
     for name in names:
         results["models"][name] = bench_model(name, work_dir=work, trials=trials, repeat=repeat, progress=progress,
                                               print_fn=print_fn)
-    prev = previous_results(folder, exclude=path, machine=results["machine"])
     regressions = find_regressions(results, prev[1]) if prev else []
     results["previous"] = str(prev[0]) if prev else None
     # Slower, but onnxruntime too (the host changed), or not our runtime: a note, not a regression.

@@ -5,20 +5,23 @@ Each subcommand lives in ``graph_tuner/commands/<name>.py`` and exposes
 parsed arguments, returning an exit status). Heavy imports (scipy's solvers, llvmlite)
 happen inside ``func`` so that ``--help`` stays fast.
 
-User errors (:class:`GraphTunerError`) print one line and exit with status 2.
+User errors (:class:`GraphTunerError`) print one line and exit with status 2. Anything
+else is a bug of ours: one line too (``GRAPH_TUNER_DEBUG=1`` re-raises it), status 1.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
 from graph_tuner import __version__
+from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 
 # In the order `--help` lists them: the pipeline, top to bottom.
-COMMANDS = ("models", "inspect", "tune", "solve", "run", "bench", "demo")
+COMMANDS = ("models", "inspect", "tune", "solve", "run", "bench")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"graph-tuner {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"graph_tuner.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"graph_tuner.commands.{name}":
-                continue  # not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"graph_tuner.commands.{name}").register(sub)
     return parser
 
 
@@ -54,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_environment()
         return int(args.func(args) or 0)
     except GraphTunerError as e:
         print(f"graph-tuner: error: {e}", file=sys.stderr)
@@ -65,6 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Output piped into e.g. `head`, which exited: not an error of ours.
         sys.stderr.close()
         return 0
+    except Exception as e:  # the backstop: every user error has its own check where it enters
+        if os.environ.get("GRAPH_TUNER_DEBUG"):
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        print(f"graph-tuner: internal error: {type(e).__name__}: {first}; please report it with the command "
+              "line (GRAPH_TUNER_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

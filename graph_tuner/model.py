@@ -255,6 +255,10 @@ def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]
     return params
 
 
+# Inference batches beyond this would need more memory than a CPU server has for activations.
+MAX_BATCH = 1024
+
+
 def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
     """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model.
 
@@ -272,11 +276,14 @@ def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Mod
         return spec
     from graph_tuner.zoo import MODEL_NAMES, get_model
 
-    if batch is not None and (not isinstance(batch, int) or batch < 1):
-        raise GraphTunerError(f"batch must be a positive integer, got {batch!r}")
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH):
+        raise GraphTunerError(f"batch must be a positive integer up to {MAX_BATCH}, got {batch!r}")
     text = os.fspath(spec)
     if text in MODEL_NAMES:
         return get_model(text, batch=batch or 1)
+    if Path(text).is_dir():
+        raise GraphTunerError(f"{text}: is a folder, not a model; give an .onnx file or a zoo name "
+                              f"(graph-tuner models)")
     if text.lower().endswith(".onnx") or Path(text).is_file():
         from graph_tuner.onnx_import import load_onnx
 

@@ -258,8 +258,9 @@ class _Importer:
 
     def op_Pad(self, node, a):
         mode = a.get("mode", b"constant")
-        if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-            raise self.fail(node, f"pad mode {mode!r} is not supported; only constant padding is")
+        mode = mode.decode(errors="replace") if isinstance(mode, bytes) else str(mode)
+        if mode != "constant":
+            raise self.fail(node, f"pad mode '{mode}' is not supported; only constant padding is")
         pads = a.get("pads")
         value = a.get("value", 0.0)
         if pads is None:

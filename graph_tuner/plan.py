@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graph_tuner.atomic import atomic_open
+from graph_tuner.atomic import atomic_write_text
 from graph_tuner.layout_flow import layout_name
 from graph_tuner.records import format_record
 from graph_tuner.selection import SelectionProblem
@@ -66,11 +66,13 @@ class Plan:
         """Predicted conv-kernel + layout-transform time, in milliseconds."""
         return self.kernel_ms + self.transform_ms
 
+    def records_text(self, version: str | float | None = None) -> str:
+        """The records as log lines, one per conv layer (x86) or workload (CUDA)."""
+        return "".join(format_record(rec, version=version) + "\n" for rec in self.records)
+
     def write_records(self, path: str | os.PathLike, version: str | float | None = None) -> None:
         """Write the records atomically (a temp file renamed over ``path``; never appends)."""
-        with atomic_open(path) as f:
-            for rec in self.records:
-                f.write(format_record(rec, version=version) + "\n")
+        atomic_write_text(path, self.records_text(version))
 
     def to_json(self) -> dict:
         def layer(lc: LayerChoice) -> dict:
@@ -109,10 +111,12 @@ class Plan:
             "notes": self.notes,
         }
 
+    def report_json(self) -> str:
+        """:meth:`to_json` as the text of a report file."""
+        return json.dumps(self.to_json(), indent=2) + "\n"
+
     def write_report(self, path: str | os.PathLike) -> None:
-        with atomic_open(path) as f:
-            json.dump(self.to_json(), f, indent=2)
-            f.write("\n")
+        atomic_write_text(path, self.report_json())
 
     def report(self) -> str:
         """A human-readable table of the plan."""

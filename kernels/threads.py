@@ -70,6 +70,10 @@ def ensure_runtime_loaded() -> None:
         _runtime = (engine, shutdown)
 
 
+# The pool starts one OS thread per thread asked for: a typo such as 100000 must not.
+MAX_THREADS = 1024
+
+
 def num_threads() -> int:
     """Threads kernels use: ``GRAPH_TUNER_NUM_THREADS`` or all usable cores."""
     env = os.environ.get("GRAPH_TUNER_NUM_THREADS")
@@ -78,8 +82,8 @@ def num_threads() -> int:
             value = int(env)
         except ValueError:
             raise ValueError(f"GRAPH_TUNER_NUM_THREADS={env!r} is not an integer") from None
-        if value < 1:
-            raise ValueError(f"GRAPH_TUNER_NUM_THREADS={env!r} must be >= 1")
+        if not 1 <= value <= MAX_THREADS:
+            raise ValueError(f"GRAPH_TUNER_NUM_THREADS={env!r} must be from 1 to {MAX_THREADS}")
         return value
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 

@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from typing import Mapping
+
+
+# A count larger than this is a typo, and would overflow the int32/int64 sizes downstream.
+MAX_COUNT = 2**31 - 1
 
 
 def positive_int(text: str) -> int:
@@ -14,6 +21,64 @@ def positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT}, got {text!r}")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for time limits: a finite number of seconds above 0.
+
+    >>> positive_seconds("2.5")
+    2.5
+    >>> positive_seconds("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a positive number of seconds, got '-1'
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
+    """Refuse, before anything runs, an output that is one of the inputs, or the same file as
+    another output, or a folder. Keys name the options (``"--records"``), values are paths
+    (None: not given).
+
+    >>> check_paths({"--records": "a.log"}, {"-o": "a.log"})
+    Traceback (most recent call last):
+    ...
+    graph_tuner.errors.GraphTunerError: -o a.log is also --records: that would overwrite your input; choose another -o
+    """
+    from graph_tuner.errors import GraphTunerError
+
+    seen: list[tuple[str, str]] = [(opt, str(p)) for opt, p in inputs.items() if p is not None]
+    for opt, path in ((o, str(p)) for o, p in outputs.items() if p is not None):
+        if os.path.isdir(path):
+            raise GraphTunerError(f"{opt} {path} is a folder; give a file path")
+        # The folder it goes in, or the first of its missing parents' that exists (the
+        # writer creates the rest): learn now, not after minutes of solving or timing.
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise GraphTunerError(f"{opt} {path}: {folder} is a file, not a folder; choose another {opt}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise GraphTunerError(f"{opt} {path}: the folder {folder} is not writable; choose another {opt}")
+        for other, prior in seen:
+            if _same_file(path, prior):
+                what = "overwrite your input" if other in inputs else "write both outputs to one file"
+                raise GraphTunerError(f"{opt} {path} is also {other}: that would {what}; choose another {opt}")
+        seen.append((opt, path))
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # also through links
+    except OSError:  # one does not exist (yet): compare the paths it would have
+        return os.path.realpath(a) == os.path.realpath(b)

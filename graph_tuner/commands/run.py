@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from graph_tuner.commands import positive_int
+from graph_tuner.commands import check_paths, positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.records).exists():
         raise GraphTunerError(f"{args.records}: no such file; write a graph-tuned log with `graph-tuner solve`")
+    check_paths({"--records": args.records, "--transform-records": args.transform_records, "--input": args.input,
+                 "MODEL": args.model if Path(args.model).is_file() else None},
+                {"--save-output": args.save_output})
     model = load_model(args.model, batch=args.batch)
     shape = model.op(model.inputs[0]).shape
     x = load_input(args.input, shape) if args.input else None
@@ -77,10 +80,13 @@ def run(args: argparse.Namespace) -> int:
     plan = apply_records(model, args.records, costs, batch=model.batch, progress=not args.json)
     result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
     if args.save_output:
-        from graph_tuner.atomic import atomic_open
+        import io
 
-        with atomic_open(args.save_output, "wb") as f:
-            np.save(f, result.outputs[0])
+        from graph_tuner.atomic import atomic_write_all
+
+        buffer = io.BytesIO()
+        np.save(buffer, result.outputs[0])
+        atomic_write_all({args.save_output: buffer.getvalue()})
     if args.json:
         print(json.dumps(result.to_json(top=None)))
     else:

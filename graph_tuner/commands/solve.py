@@ -5,8 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from graph_tuner.commands import positive_int
+from graph_tuner.commands import check_paths, positive_int, positive_seconds
 from graph_tuner.errors import GraphTunerError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="llvm", help="'llvm ...' (x86, default) or 'cuda ...'")
     p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
     p.add_argument("--solver", choices=("dp", "ilp", "pbqp"), default="dp", help="default dp (exact; falls back to ilp if its table cap is hit)")
-    p.add_argument("--time-limit", type=float, metavar="SECONDS", help="solver time limit (ilp/pbqp)")
+    p.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS", help="solver time limit (ilp/pbqp)")
     p.add_argument("--top-k", type=positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
     p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
     p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
@@ -48,12 +49,17 @@ def default_records(model: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.api import GraphTuner
+    from graph_tuner.atomic import atomic_write_all
 
     records = args.records or default_records(args.model)
     if args.records and not Path(args.records).exists():
         raise GraphTunerError(f"{args.records}: no such file; pass the AutoTVM log written by tuning")
     stem = Path(args.model).stem if args.model.endswith(".onnx") else args.model
     out = Path(args.output or f"{stem}.opt.log")
+    # Before anything runs: an output over an input would destroy hours of measurements.
+    model_file = args.model if Path(args.model).is_file() else None
+    check_paths({"--records": records, "--transform-records": args.transform_records, "MODEL": model_file},
+                {"-o": out, "--report": args.report})
 
     gt = GraphTuner(
         args.model,
@@ -69,9 +75,13 @@ def run(args: argparse.Namespace) -> int:
     if gt.kind == "llvm":
         _transform_costs(gt, args)
     plan = gt.solve(solver=args.solver, time_limit=args.time_limit)
-    plan.write_records(out, version=args.format)
+    try:
+        outputs = {out: plan.records_text(version=args.format)}
+    except ValueError as e:  # v0.2 records have no v0.1 form
+        raise GraphTunerError(f"--format {args.format}: {e}") from None
     if args.report:
-        plan.write_report(args.report)
+        outputs[Path(args.report)] = plan.report_json()
+    atomic_write_all(outputs)  # both or neither
     print(plan.report())
     print(f"wrote {len(plan.records)} records to {out}")
     return 0

@@ -1,0 +1,66 @@
+"""Outputs are written whole or not at all, with the mode a plain open() would give them."""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+import pytest
+
+from graph_tuner import atomic
+from graph_tuner.atomic import atomic_write_all, atomic_write_text
+from graph_tuner.errors import GraphTunerError
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_a_new_file_gets_the_umask_mode(tmp_path, umask_027):
+    atomic_write_text(tmp_path / "plan.log", "x\n")
+    with open(tmp_path / "plain.log", "w") as f:
+        f.write("x\n")
+    assert _mode(tmp_path / "plan.log") == _mode(tmp_path / "plain.log") == 0o640
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path, umask_027):
+    path = tmp_path / "plan.log"
+    path.write_text("old\n")
+    os.chmod(path, 0o604)
+    atomic_write_text(path, "new\n")
+    assert path.read_text() == "new\n" and _mode(path) == 0o604
+
+
+def test_no_output_is_replaced_when_one_fails(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.log", tmp_path / "b.json"
+    a.write_text("old a\n")
+    b.write_text("old b\n")
+    calls = []
+    real_fsync = os.fsync
+
+    def full_disk_on_second(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", full_disk_on_second)
+    with pytest.raises(GraphTunerError, match="b.json: cannot write the output .No space left on device"):
+        atomic_write_all({a: "new a\n", b: "new b\n"})
+    assert a.read_text() == "old a\n" and b.read_text() == "old b\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "b.json"]  # no temp file left
+
+
+def test_a_folder_in_the_way_is_named(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(GraphTunerError, match=r"file/out.log: cannot write the output"):
+        atomic_write_text(tmp_path / "file" / "out.log", "x")
+    with pytest.raises(GraphTunerError, match="is a folder"):
+        atomic_write_text(tmp_path, "x")
