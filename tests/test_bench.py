@@ -258,3 +258,19 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
     assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,
                            "by_category_ms": {"conv": 10.0, "transform": 1.0, "other": 0.0}}
     assert checks["b"]["measured_planned_ms"] == pytest.approx(5.2) and checks["b"]["retimed_predicted_ms"] == 5.0
+
+
+@pytest.mark.parametrize("damaged", [
+    {"models": ["resnet-18"]},
+    {"models": {"resnet-18": {"runtimes": {"graph_tuned": {"median_ms": "fast"}}}}},
+    {"models": {"resnet-18": {"runtimes": ["graph_tuned"]}}},
+    {"models": {"resnet-18": {"runtimes": {}, "host": [1, 2]}}},
+    {"models": {}, "machine": "znver5"},
+    [1, 2, 3],
+])
+def test_a_damaged_results_file_is_no_baseline(damaged, tmp_path):
+    (tmp_path / "2026-01-01T000000.json").write_text(json.dumps(_results(graph_tuned=1.0)))
+    (tmp_path / "2026-02-01T000000.json").write_text(json.dumps(damaged))
+    path, data = bench.previous_results(tmp_path)
+    assert path.name == "2026-01-01T000000.json"
+    assert bench.find_regressions(_results(graph_tuned=2.0), data)  # and it still compares with the good one
