@@ -22,7 +22,8 @@ import numpy as np
 
 import kernels.conv2d as conv
 from graph_tuner.api import GraphTuner
-from graph_tuner.bench import HOST_PROBE, _timed_rounds, onnxruntime_runner, paired_ratio, seeded_input
+from graph_tuner.bench import HOST_PROBE, _timed_rounds, paired_ratio, seeded_input
+from graph_tuner.runtimes import onnxruntime_runner
 from graph_tuner.executor import compile_model
 from graph_tuner.host_state import probe_call
 from graph_tuner.model import load_model

@@ -5,8 +5,9 @@
 layout transforms) can be set against the measured time of the same steps.
 
 :func:`bench_models` runs, per model and side by side in one process: the graph-tuned
-plan, the history-best and default plans (same log, same cost model), onnxruntime on
-the same weights (the model exported to ONNX) and PyTorch when importable. The runners
+plan, the history-best and default plans (same log, same cost model), OpenVINO and onnxruntime
+on the same weights (the model exported to ONNX) and PyTorch when importable
+(:mod:`graph_tuner.runtimes`). The runners
 are timed in interleaved rounds so that load changes on the machine hit them alike, and
 each is also compared with the graph-tuned plan round by round (:func:`paired_ratio`:
 median ratio and a 90% interval), which a shared host's drift cannot fake.
@@ -31,9 +32,11 @@ import numpy as np
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import describe as describe_host, probe_call, speed as host_speed
+from graph_tuner.runtimes import onnxruntime_runner, openvino_runner, pytorch_runner
 
 REGRESSION_THRESHOLD = 0.05
 OUR_PLANS = ("graph_tuned", "history_best", "default")
+OTHER_RUNTIMES = ("openvino", "onnxruntime", "pytorch")
 HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
 
 
@@ -277,107 +280,6 @@ def previous_results(out_dir: str | os.PathLike, exclude: str | os.PathLike | No
     return None
 
 
-# -- other runtimes ------------------------------------------------------------------
-
-def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder: Path
-                       ) -> tuple[Callable[[], object], np.ndarray] | str:
-    """A zero-argument call running the model in onnxruntime, and its output; or why not."""
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        return "onnxruntime not importable (pip install onnxruntime)"
-    from graph_tuner.onnx_export import save_onnx
-
-    path = folder / f"{model.name}.onnx"
-    save_onnx(model, params, path)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Its workers spin while a run lasts (its fastest setting) but stop when it returns: by
-    # default they kept spinning after it and took a core from whatever was timed next
-    # (ResNet-50, interleaved turns: graph-tuned 55.6 ms next to a default session, 48.4 next
-    # to one with this; onnxruntime 54.2 -> 49.0 ms itself; benchmarks/README.md, session 6).
-    opts.add_session_config_entry("session.force_spinning_stop", "1")
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    feed = {model.inputs[0]: x}
-    out = sess.run(None, feed)[0]
-    return (lambda: sess.run(None, feed)), out
-
-
-def pytorch_runner(model, params: dict, x: np.ndarray, threads: int
-                   ) -> tuple[Callable[[], object], np.ndarray] | str:
-    """A zero-argument call running the model eagerly in PyTorch (``torch.nn.functional``,
-    inference mode), and its output; or why not. Not exercised here: torch is not a
-    dependency and was not installed where this was written."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return "PyTorch not importable: skipped (pip install torch to compare)"
-    torch.set_num_threads(threads)
-    p = {op: {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in ps.items()}
-         for op, ps in params.items()}
-
-    def pads(a):  # TVM's [top, left, bottom, right] -> F.pad's (left, right, top, bottom)
-        t, l, b, r = a["padding"]
-        return (l, r, t, b)
-
-    def forward(inp):
-        v = {model.inputs[0]: inp}
-        for op in model.ops:
-            if op.kind == "input":
-                continue
-            a, q, xs = op.attrs, p.get(op.name, {}), [v[i] for i in op.inputs]
-            k = op.kind
-            if k == "conv2d":
-                y = F.conv2d(F.pad(xs[0], pads(a)), q["weight"], q.get("bias"), a["strides"], 0, a["dilation"],
-                             a["groups"])
-            elif k == "dense":
-                y = F.linear(xs[0], q["weight"], q.get("bias"))
-            elif k == "batch_norm":
-                y = F.batch_norm(xs[0], q["mean"], q["var"], q["gamma"], q["beta"], False, 0.0, a["epsilon"])
-            elif k == "bias_add":
-                y = xs[0] + q["bias"].reshape((1, -1) + (1,) * (xs[0].dim() - 2))
-            elif k == "relu":
-                y = F.relu(xs[0])
-            elif k == "clip":
-                y = torch.clamp(xs[0], a["min"], a["max"])
-            elif k in ("add", "multiply"):
-                y = xs[0] + xs[1] if k == "add" else xs[0] * xs[1]
-            elif k == "concat":
-                y = torch.cat(xs, a["axis"])
-            elif k == "max_pool":
-                y = F.max_pool2d(F.pad(xs[0], pads(a), value=float("-inf")), a["pool_size"], a["strides"],
-                                 ceil_mode=a["ceil_mode"])
-            elif k == "avg_pool" and not any(a["padding"]):
-                y = F.avg_pool2d(xs[0], a["pool_size"], a["strides"], ceil_mode=a["ceil_mode"])
-            elif k == "global_avg_pool":
-                y = xs[0].mean(dim=(2, 3), keepdim=True)
-            elif k in ("flatten", "reshape"):
-                y = xs[0].reshape(op.shape)
-            elif k == "transpose":
-                y = xs[0].permute(*a["perm"])
-            elif k == "softmax":
-                y = torch.softmax(xs[0], a["axis"])
-            else:
-                raise NotImplementedError(k)
-            v[op.name] = y
-        return v[model.outputs[0]]
-
-    inp = torch.from_numpy(x)
-    try:
-        with torch.inference_mode():
-            out = forward(inp).numpy().copy()
-    except NotImplementedError as e:
-        return f"PyTorch runner: op kind {e} not supported: skipped"
-
-    def run():
-        with torch.inference_mode():
-            forward(inp)
-    return run, out
-
-
 # -- the benchmark -------------------------------------------------------------------
 
 def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[Path, str | None]:
@@ -500,16 +402,13 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         programs[k] = compile_model(model, plan, params)
         outputs[k] = programs[k].run(x)[0]
         runners[k] = programs[k].execute
-    ort = onnxruntime_runner(model, params, x, threads, work_dir)
-    if isinstance(ort, str):
-        notes.append(ort)
-    else:
-        runners["onnxruntime"], outputs["onnxruntime"] = ort
-    torch_ = pytorch_runner(model, params, x, threads)
-    if isinstance(torch_, str):
-        notes.append(torch_)
-    else:
-        runners["pytorch"], outputs["pytorch"] = torch_
+    for k, runner in (("openvino", openvino_runner(model, params, x, threads, work_dir)),
+                      ("onnxruntime", onnxruntime_runner(model, params, x, threads, work_dir)),
+                      ("pytorch", pytorch_runner(model, params, x, threads))):
+        if isinstance(runner, str):
+            notes.append(runner)
+        else:
+            runners[k], outputs[k] = runner
     ref = outputs["graph_tuned"]
     for k, out in outputs.items():  # every runtime computes the same function
         if out.shape != ref.shape:
@@ -524,7 +423,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     host = {"conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)]}
     print_fn(f"{name:<14} host: {describe_host(host)}")
     checks = prediction_checks(programs, plans, model, repeat)
-    runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, "onnxruntime", "pytorch")}
+    runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, *OTHER_RUNTIMES)}
     for k, rounds in by_round.items():
         s = [t for r in rounds for t in r]
         runtimes[k] = {"median_ms": float(np.median(s)) * 1e3, "p90_ms": float(np.percentile(s, 90)) * 1e3}
@@ -554,7 +453,7 @@ def write_chart(results: dict, path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     models = list(results["models"])
-    kinds = [k for k in (*OUR_PLANS, "onnxruntime", "pytorch")
+    kinds = [k for k in (*OUR_PLANS, *OTHER_RUNTIMES)
              if any(results["models"][m]["runtimes"].get(k) for m in models)]
     fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(models) + 2), 4))
     width = 0.8 / max(1, len(kinds))

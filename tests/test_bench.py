@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from graph_tuner import bench
+from graph_tuner import bench, runtimes
 from graph_tuner.cli import main
 
 
@@ -196,9 +196,29 @@ def test_onnxruntime_workers_stop_spinning_when_a_run_returns(tmp_path, calls_to
     params = model.params(seed=0)
     x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
     opened = calls_to(ort, "InferenceSession")
-    run, out = bench.onnxruntime_runner(model, params, x, 2, tmp_path)
+    run, out = runtimes.onnxruntime_runner(model, params, x, 2, tmp_path)
     assert out.shape == (1, 8, 6, 6)
     assert [args[1].get_session_config_entry("session.force_spinning_stop") for args, _ in opened] == ["1"]
+
+
+def test_openvino_runs_our_weights_in_f32(tmp_path, calls_to):
+    """OpenVINO computes the same function as the reference, compiled with f32 set explicitly
+    (its default may be bf16 on CPUs that have it), the latency hint and the bench's threads."""
+    ov = pytest.importorskip("openvino")
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.executor.reference import run_reference
+
+    b = GraphBuilder("tiny")
+    model = b.build(b.relu(b.conv(b.input((1, 4, 6, 6)), 8, 3, padding=1, name="c"), name="r"))
+    params = model.params(seed=0)
+    x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    compiled = calls_to(ov.Core, "compile_model")
+    run, out = runtimes.openvino_runner(model, params, x, 2, tmp_path)
+    run()
+    np.testing.assert_allclose(out, run_reference(model, params, x)[0], rtol=1e-4, atol=1e-4)
+    [(args, _)] = compiled
+    assert args[-1] == {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": 2,
+                        "INFERENCE_PRECISION_HINT": "f32"}
 
 
 def test_slower_cores_make_a_slowdown_the_machine():
