@@ -6,7 +6,7 @@ and changed (the plan from another log, or a ``kernels.conv2d`` constant at anot
     python benchmarks/ab_builds.py resnet-50 --log data/rocketlake/resnet-50.log
 
 Both builds run on the same seeded weights and input, their outputs checked equal first;
-rounds interleave every runner in rotating order (``graph_tuner.bench._timed_rounds``), and
+rounds interleave every runner in rotating order (``graph_tuner.rounds.timed_rounds``), and
 each ratio pairs rounds (``paired_ratio``): above 1, that runner took longer than the current
 build. The host probe (a one-thread conv) says whether the host was calm: about 100 GFLOP/s
 on the Zen 3 EPYC, 115 on the Zen 4 one.
@@ -22,7 +22,9 @@ import numpy as np
 
 import kernels.conv2d as conv
 from graph_tuner.api import GraphTuner
-from graph_tuner.bench import HOST_PROBE, _timed_rounds, paired_ratio, seeded_input
+from graph_tuner.bench import HOST_PROBE
+from graph_tuner.plan_run import seeded_input
+from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import onnxruntime_runner
 from graph_tuner.executor import compile_model
 from graph_tuner.host_state import probe_call
@@ -80,7 +82,7 @@ def main() -> None:
         else:
             runners["onnxruntime"] = ort[0]
         probe, flops = probe_call()
-        rounds = _timed_rounds({**runners, HOST_PROBE: probe}, args.rounds * args.calls, rounds=args.rounds)
+        rounds = timed_rounds({**runners, HOST_PROBE: probe}, args.rounds * args.calls, rounds=args.rounds)
     gflops = [flops / np.median(r) / 1e9 for r in rounds.pop(HOST_PROBE)]
     print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, {num_threads()} threads; host probe "
           f"{np.median(gflops):.0f} GFLOP/s (range {min(gflops):.0f}-{max(gflops):.0f})")

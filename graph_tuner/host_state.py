@@ -6,7 +6,7 @@ ran at 53-95 GFLOP/s on the same EPYC, and ResNet-50's end-to-end ratio to onnxr
 followed it (0.997x calm, 0.86x on cores at 53-65 GFLOP/s). ``graph-tuner bench`` times
 this probe in its interleaved rounds, next to the runtimes, so a results file says how fast
 the host was while they ran, and a slowdown on slower cores is not taken for a regression
-of the code (:func:`graph_tuner.bench.find_regressions`); ``graph-tuner tune`` prints it
+of the code (:func:`graph_tuner.bench_history.find_regressions`); ``graph-tuner tune`` prints it
 at its start and end. A probe before and after a model's runs was not enough: at 17:47 in
 session 8 it read the cores as fast while onnxruntime ran 19% slower in between.
 

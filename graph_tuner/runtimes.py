@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 Runner = tuple[Callable[[], object], np.ndarray]
+OTHER_RUNTIMES = ("openvino", "onnxruntime", "pytorch")  # the rivals, in the order results list them
 
 
 def _onnx_file(model, params: dict, folder: Path) -> Path:

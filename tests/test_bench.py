@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from graph_tuner import bench, runtimes
+from graph_tuner import bench, bench_history, plan_run, rounds, runtimes
 from graph_tuner.cli import main
 
 
@@ -20,23 +20,23 @@ def _results(**medians):
 def test_regressions_above_five_percent_only():
     prev = _results(graph_tuned=10.0, history_best=12.0, default=None, onnxruntime=20.0)
     cur = _results(graph_tuned=10.49, history_best=12.7, default=15.0, onnxruntime=19.0)
-    flagged = bench.find_regressions(cur, prev)
+    flagged = bench_history.find_regressions(cur, prev)
     assert [(r.runtime, r.previous_ms, r.current_ms) for r in flagged] == [("history_best", 12.0, 12.7)]
     assert flagged[0].change == pytest.approx(0.7 / 12)
     # A model or runtime missing from the previous file is not a regression.
     cur["models"]["resnet-50"] = _results(graph_tuned=99.0)["models"]["resnet-18"]
-    assert len(bench.find_regressions(cur, prev)) == 1
-    assert bench.find_regressions(cur, prev, threshold=0.10) == []
+    assert len(bench_history.find_regressions(cur, prev)) == 1
+    assert bench_history.find_regressions(cur, prev, threshold=0.10) == []
 
 
 def test_previous_results_is_the_newest_other_readable_file(tmp_path):
-    assert bench.previous_results(tmp_path) is None
+    assert bench_history.previous_results(tmp_path) is None
     (tmp_path / "2026-01-01T000000.json").write_text(json.dumps(_results(graph_tuned=1.0)))
     (tmp_path / "2026-02-01T000000.json").write_text(json.dumps(_results(graph_tuned=2.0)))
     (tmp_path / "2026-03-01T000000.json").write_text("{truncated")
-    path, data = bench.previous_results(tmp_path)
+    path, data = bench_history.previous_results(tmp_path)
     assert path.name == "2026-02-01T000000.json"
-    assert bench.previous_results(tmp_path, exclude=path)[0].name == "2026-01-01T000000.json"
+    assert bench_history.previous_results(tmp_path, exclude=path)[0].name == "2026-01-01T000000.json"
 
 
 def test_previous_results_come_from_the_same_machine(tmp_path):
@@ -44,9 +44,9 @@ def test_previous_results_come_from_the_same_machine(tmp_path):
     for stamp, machine in [("2026-01-01T000000", here), ("2026-02-01T000000", {**here, "cpu": "rocketlake"}),
                            ("2026-03-01T000000", {**here, "threads": 1})]:
         (tmp_path / f"{stamp}.json").write_text(json.dumps({**_results(graph_tuned=1.0), "machine": machine}))
-    assert bench.previous_results(tmp_path, machine=here)[0].name == "2026-01-01T000000.json"
-    assert bench.previous_results(tmp_path, machine={**here, "cpu": "skylake"}) is None
-    assert bench.previous_results(tmp_path)[0].name == "2026-03-01T000000.json"
+    assert bench_history.previous_results(tmp_path, machine=here)[0].name == "2026-01-01T000000.json"
+    assert bench_history.previous_results(tmp_path, machine={**here, "cpu": "skylake"}) is None
+    assert bench_history.previous_results(tmp_path)[0].name == "2026-03-01T000000.json"
 
 
 @pytest.mark.parametrize("shipped_cpu", ["host", "other"])
@@ -106,14 +106,14 @@ def test_a_slowdown_onnxruntime_shares_is_the_machine():
     """Measured against onnxruntime in the same runs: the host's drift is not a regression."""
     prev = _results(graph_tuned=10.0, history_best=12.0, default=14.0, onnxruntime=20.0)
     cur = _results(graph_tuned=11.5, history_best=14.5, default=14.5, onnxruntime=22.0)  # onnxruntime +10%
-    flagged = {r.runtime: r for r in bench.find_regressions(cur, prev)}
+    flagged = {r.runtime: r for r in bench_history.find_regressions(cur, prev)}
     assert set(flagged) == {"graph_tuned", "history_best", "onnxruntime"}  # default +3.6%: not flagged at all
     assert flagged["graph_tuned"].relative_change == pytest.approx(1.15 / 1.1 - 1)
     assert flagged["graph_tuned"].machine()  # +4.5% relative: the host
     assert not flagged["history_best"].machine()  # +9.8% relative: ours
     assert flagged["onnxruntime"].yardstick is None and flagged["onnxruntime"].machine()  # not our code
     no_ort = _results(graph_tuned=11.5, onnxruntime=None)
-    assert not bench.find_regressions(no_ort, prev)[0].machine()  # without the yardstick: flagged
+    assert not bench_history.find_regressions(no_ort, prev)[0].machine()  # without the yardstick: flagged
 
 
 def test_bench_cli_rejects_unknown_models(capsys):
@@ -143,7 +143,7 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     monkeypatch.setattr("kernels.tuner.KernelTimer", FakeTimer)
     monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: calls.append("t") or 1e-4)
     assert len(plan.transforms) == 2
-    assert bench.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
+    assert plan_run.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
     assert calls.count("conv") == 2 and calls.count("t") == 2
     # With the model, each layer is timed with the epilogue the executor fuses into it:
     # c2 and c3 share a workload and config but not an epilogue (c2 -> relu).
@@ -152,7 +152,7 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     y = b.relu(b.conv(b.conv(x, 16, 3, padding=1, name="c1"), 16, 3, padding=1, name="c2"))
     m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c3")))
     calls.clear()
-    assert bench.retimed_cost_ms(uniform_plan(m, 16), m) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
+    assert plan_run.retimed_cost_ms(uniform_plan(m, 16), m) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
     assert sorted(calls) == ["conv", "conv", "relu", "t", "t"]
 
 
@@ -161,24 +161,22 @@ def test_paired_ratio_cancels_drift_shared_by_a_round():
     pooled medians would mix fast and slow rounds."""
     graph = [[1.0, 1.1], [3.0, 3.3], [3.1, 3.0], [1.0, 1.0], [1.05, 1.0]]
     other = [[1.2 * t for t in r] for r in graph]
-    ratio, lo, hi = bench.paired_ratio(other, graph)
+    ratio, lo, hi = rounds.paired_ratio(other, graph)
     assert ratio == pytest.approx(1.2) and lo == pytest.approx(1.2) and hi == pytest.approx(1.2)
     noisy = [[t * f for t in r] for r, f in zip(other, (1.0, 1.3, 0.9, 1.1, 1.0))]
-    ratio, lo, hi = bench.paired_ratio(noisy, graph)
+    ratio, lo, hi = rounds.paired_ratio(noisy, graph)
     assert lo <= ratio <= hi and lo < 1.2 * 1.05 and hi > 1.2
 
 
 def test_each_runtime_turn_starts_after_a_pause(monkeypatch):
     """No runtime is timed while the previous one's workers still spin (onnxruntime's made the
     next runtime up to 2x slower for tens of milliseconds)."""
-    import graph_tuner.bench as bench
-
     events = []
-    monkeypatch.setattr(bench.time, "sleep", lambda s: events.append(("pause", s)))
+    monkeypatch.setattr(rounds.time, "sleep", lambda s: events.append(("pause", s)))
     runners = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
-    samples = bench._timed_rounds(runners, repeat=6, rounds=3)
+    samples = rounds.timed_rounds(runners, repeat=6, rounds=3)
     assert [len(r) for r in samples["a"]] == [2, 2, 2] and [len(r) for r in samples["b"]] == [2, 2, 2]
-    pause = [("pause", bench.SETTLE_S)]
+    pause = [("pause", rounds.SETTLE_S)]
     a, b = pause + ["a"] * 3, pause + ["b"] * 3  # a turn: the pause, a warm-up call, 2 timed calls
     assert events == a + b + b + a + a + b  # the order rotates from round to round
 
@@ -229,12 +227,12 @@ def test_slower_cores_make_a_slowdown_the_machine():
 
     prev = with_host(_results(graph_tuned=10.0, onnxruntime=20.0), [90.0, 85.0, 95.0])
     slow = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [60.0, 67.5, 90.0])  # median -25%
-    [r] = bench.find_regressions(slow, prev)
+    [r] = bench_history.find_regressions(slow, prev)
     assert r.host_change == pytest.approx(67.5 / 90 - 1) and r.machine() and "cores -25.0%" in str(r)
     same = with_host(_results(graph_tuned=11.0, onnxruntime=20.0), [88.5, 60.0, 95.0])  # median -1.7%: ours
-    [r] = bench.find_regressions(same, prev)
+    [r] = bench_history.find_regressions(same, prev)
     assert not r.machine()
-    [r] = bench.find_regressions(_results(graph_tuned=11.0, onnxruntime=20.0), prev)  # no probe now: ours
+    [r] = bench_history.find_regressions(_results(graph_tuned=11.0, onnxruntime=20.0), prev)  # no probe now: ours
     assert r.host_change is None and not r.machine()
 
 
@@ -242,8 +240,8 @@ def test_the_host_probe_is_timed_in_the_rounds_like_a_runtime():
     from graph_tuner.host_state import describe, probe, probe_call, speed
 
     call, flops = probe_call()
-    rounds = bench._timed_rounds({"a": lambda: None, bench.HOST_PROBE: call}, repeat=6, settle_s=0)
-    host = {"conv_gflops_rounds": [flops / np.median(r) / 1e9 for r in rounds[bench.HOST_PROBE]]}
+    by_round = rounds.timed_rounds({"a": lambda: None, bench.HOST_PROBE: call}, repeat=6, settle_s=0)
+    host = {"conv_gflops_rounds": [flops / np.median(r) / 1e9 for r in by_round[bench.HOST_PROBE]]}
     assert len(host["conv_gflops_rounds"]) == 3 and all(g > 0.1 for g in host["conv_gflops_rounds"])
     assert min(host["conv_gflops_rounds"]) <= speed(host) <= max(host["conv_gflops_rounds"])
     assert describe(host).startswith("one-thread conv ") and probe() > 0.1
@@ -270,9 +268,9 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
         order.append(("retime", plan))
         return next(retimes[plan])
 
-    monkeypatch.setattr(bench, "retimed_cost_ms", fake_retimed)
+    monkeypatch.setattr(plan_run, "retimed_cost_ms", fake_retimed)
     programs = {"a": FakeProgram("a", [9.0, 37.0, 10.0]), "b": FakeProgram("b", [4.0, 4.5, 4.2])}
-    checks = bench.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
+    checks = plan_run.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
     assert order[:4] == [("profile", "a"), ("retime", "a"), ("profile", "b"), ("retime", "b")] and len(order) == 12
     assert [s.median_ms for s in checks["a"].pop("profile").steps] == [10.0, 1.0]  # each step's median
     assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,
@@ -291,6 +289,6 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
 def test_a_damaged_results_file_is_no_baseline(damaged, tmp_path):
     (tmp_path / "2026-01-01T000000.json").write_text(json.dumps(_results(graph_tuned=1.0)))
     (tmp_path / "2026-02-01T000000.json").write_text(json.dumps(damaged))
-    path, data = bench.previous_results(tmp_path)
+    path, data = bench_history.previous_results(tmp_path)
     assert path.name == "2026-01-01T000000.json"
-    assert bench.find_regressions(_results(graph_tuned=2.0), data)  # and it still compares with the good one
+    assert bench_history.find_regressions(_results(graph_tuned=2.0), data)  # and it still compares with the good one

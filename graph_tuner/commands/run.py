@@ -55,7 +55,7 @@ def load_input(path: str, shape: tuple[int, ...]):
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from graph_tuner.bench import measure_plan
+    from graph_tuner.plan_run import measure_plan
     from graph_tuner.model import load_model
 
     if not Path(args.records).exists():
