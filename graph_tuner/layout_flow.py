@@ -18,7 +18,7 @@ block); one layout transform per (tensor, needed block) pays for all consumers
 needing that block.
 
 * **Residual adds** that a conv's epilogue can compute (the executor's rule,
-  :func:`graph_tuner.executor.fold.residual_convs`) are fused: the add's block must be
+  :func:`graph_tuner.fusion.residual_convs`) are fused: the add's block must be
   the output block of one of those convs, so no plan leaves an add to run as its own
   pass, which the cost model would not see.
 
@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.fusion import residual_convs
 from graph_tuner.model import Model, Op
 
 # Single-input ops that compute in whatever blocked layout their input has.
@@ -152,7 +153,5 @@ def analyse(model: Model) -> LayoutFlow:
     convs = model.convs()
     if not convs:
         raise GraphTunerError(f"model '{model.name}' has no conv2d layers: nothing to tune")
-    from graph_tuner.executor.fold import residual_convs
-
     residual = {add: cs for add, cs in residual_convs(model).items() if add in decisions}
     return LayoutFlow(decisions, tensors, convs, residual)

@@ -113,7 +113,7 @@ def retimed_cost_ms(plan, model=None) -> float:
     epilogues = {}
     if model is not None:
         from graph_tuner.executor.compile import tensor_blocks
-        from graph_tuner.executor.fold import conv_epilogues, plan_steps
+        from graph_tuner.fusion import conv_epilogues, plan_steps
 
         joins = {n: parse_layout(v) for n, v in plan.joins.items()}
         epilogues = conv_epilogues(model, plan_steps(model, tensor_blocks(model, plan), joins))

@@ -450,11 +450,11 @@ def model_timer(model):
 
 def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
     """The fused epilogue to time each distinct workload with: the one most of its layers
-    run (:func:`graph_tuner.executor.fold.conv_epilogues`; ties: the first layer's).
+    run (:func:`graph_tuner.fusion.conv_epilogues`; ties: the first layer's).
     A record is per workload, so layers of one workload share its time."""
     from collections import Counter
 
-    from graph_tuner.executor.fold import conv_epilogues
+    from graph_tuner.fusion import conv_epilogues
 
     epilogues = conv_epilogues(model)
     votes: dict[Conv2DWorkload, Counter] = {}

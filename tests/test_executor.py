@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model, plan_from_configs, run_reference, uniform_plan
-from graph_tuner.executor.fold import plan_steps
+from graph_tuner.fusion import plan_steps
 from graph_tuner.zoo.resnet import resnet, resnet_v1
 from kernels.config import Conv2DConfig
 

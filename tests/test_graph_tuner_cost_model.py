@@ -28,7 +28,7 @@ def tcost(shape, a, b) -> float:
 
 
 def brute_force(model, cands, blocks):
-    from graph_tuner.executor.fold import residual_convs
+    from graph_tuner.fusion import residual_convs
 
     residual = residual_convs(model)  # the executor's rule: these adds run in a conv epilogue
     convs = model.convs()
@@ -108,7 +108,7 @@ def check(model, cands, blocks=(1, 2, 4, 8, 16)):
 def assert_adds_fused(model, plan):
     """The executor runs every absorbable add inside a conv epilogue: nothing outside the cost model."""
     from graph_tuner.executor.compile import tensor_blocks
-    from graph_tuner.executor.fold import plan_steps, residual_convs
+    from graph_tuner.fusion import plan_steps, residual_convs
     from graph_tuner.layout_flow import parse_layout
 
     joins = {n: parse_layout(v) for n, v in plan.joins.items()}

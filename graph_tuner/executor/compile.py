@@ -9,7 +9,7 @@ that (tensor, layout), one per pair, run right after the tensor is written. A
 consumer needing a transform the plan does not list is an error: the plan was not
 made for this model.
 
-Conv weights are folded (:mod:`graph_tuner.executor.fold`) and packed once here;
+Steps are :mod:`graph_tuner.fusion`'s; conv weights are folded (:mod:`graph_tuner.executor.fold`) and packed once here;
 every buffer is allocated here.
 
 >>> from graph_tuner.builder import GraphBuilder
@@ -34,8 +34,8 @@ import numpy as np
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
-from graph_tuner.executor.fold import (Step, activation_of, fold_affine, fold_into_conv, op_affine, plan_steps,
-                                      step_epilogue)
+from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
+from graph_tuner.fusion import Step, activation_of, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
 from graph_tuner.model import Model

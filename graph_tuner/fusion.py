@@ -1,0 +1,258 @@
+"""Fusion: which ops run as one step, and so what each conv's kernel absorbs.
+
+One rule set for everyone who needs it: the cost model (a residual add must be
+absorbable, :mod:`graph_tuner.layout_flow`), the tuner (each kernel is timed with the
+epilogue its layers run, :func:`conv_epilogues`) and the executor (which compiles the
+steps). The weights' folding itself lives with the executor (:mod:`graph_tuner.executor.fold`).
+
+A compiled program runs *steps*, each covering one or more model ops:
+
+* a **conv group**: a conv2d, the batch norms and bias adds that directly follow it
+  (folded into its weights and bias: exact, since they are affine per output
+  channel and nothing sits between), then either an activation (relu / relu6), or a
+  residual ``add`` whose other operand is read in the conv's output layout, optionally
+  followed by an activation: the kernel's epilogue computes ``act(conv + bias +
+  residual)``. Every absorbed tensor must have the next op as its only reader and
+  must not be a graph output.
+* an **elementwise chain**: ops such as bn, bias add, relu, clip, or an add/multiply
+  followed by those, run as one blocked pass (a batch norm *before* a conv, as in
+  TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be folded into the conv
+  exactly because of the conv's zero padding; it runs here as scale-shift-relu).
+* any other op on its own.
+
+A chain of batch norms / bias adds with at most a final activation that reads a conv
+group's output (typically the next pre-activation unit's ``bn -> relu`` on a residual
+sum that the next add reads too) is **written by the conv's epilogue** as a second
+output (``Step.affine``): one pass instead of two. The chain keeps its step (so its
+buffer is planned) but is marked ``fused`` and runs nothing itself.
+
+When both operands of an add come from conv groups, the add goes to the conv that
+runs later, so the other operand is already there when the kernel reads it.
+
+>>> from graph_tuner.builder import GraphBuilder
+>>> b = GraphBuilder("t")
+>>> x = b.input((1, 8, 4, 4))
+>>> a = b.relu(b.batch_norm(b.conv(x, 8, 3, padding=1, name="c1"), name="bn1"), name="r1")
+>>> y = b.relu(b.add(b.conv(a, 8, 3, padding=1, name="c2"), x, name="add"), name="r2")
+>>> m = b.build(b.relu(b.batch_norm(y, name="bn3"), name="r3"))
+>>> [(s.kind, s.ops, s.output) for s in plan_steps(m)]  # doctest: +NORMALIZE_WHITESPACE
+[('conv', ['c1', 'bn1', 'r1'], 'r1'), ('conv', ['c2', 'add', 'r2'], 'r2'),
+ ('elementwise', ['bn3', 'r3'], 'r3')]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graph_tuner.model import Model, Op
+
+UNARY_ELEMENTWISE = frozenset({"batch_norm", "bias_add", "relu", "clip"})
+BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
+FOLDABLE = frozenset({"batch_norm", "bias_add"})
+
+
+@dataclass
+class Step:
+    """Model ops run as one step; ``output`` is the only tensor it materialises."""
+
+    kind: str  # "conv", "elementwise", or the op's kind
+    ops: list[str]  # model ops covered, in dataflow order (the first is the head)
+    output: str  # tensor written (the last op's name)
+    inputs: list[str] = field(default_factory=list)  # tensors read (conv: data; residual last)
+    activation: str | None = None  # conv groups: "relu" / "relu6"
+    residual: str | None = None  # conv groups: tensor added in the epilogue
+    affine: "Step | None" = None  # conv groups: an elementwise chain the epilogue writes too
+    fused: bool = False  # elementwise chains written by a conv's epilogue (run nothing)
+
+
+def activation_of(op: Op) -> str | None:
+    """``relu`` / ``relu6`` if the kernels' epilogue can run ``op``, else None.
+
+    >>> activation_of(Op("r", "clip", ["x"], {"min": 0.0, "max": 6.0}))
+    'relu6'
+    """
+    if op.kind == "relu":
+        return "relu"
+    if op.kind == "clip" and op.attrs.get("min") == 0 and op.attrs.get("max") == 6:
+        return "relu6"
+    return None
+
+
+def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
+    """The op that is ``name``'s only reader (reading it once), if any and not a graph output."""
+    if name in outputs:
+        return None
+    readers = model.consumers(name)
+    if len(readers) != 1 or readers[0].inputs.count(name) != 1:
+        return None
+    return readers[0]
+
+
+def _conv_groups(model: Model, outputs: set[str]) -> list[Step]:
+    """Step 1 of :func:`plan_steps`: each conv with the bn/bias it folds and an activation."""
+    groups = []
+    for op in model.ops:
+        if op.kind != "conv2d":
+            continue
+        g = Step("conv", [op.name], op.name, [op.inputs[0]])
+        while (nxt := _sole_reader(model, g.output, outputs)) is not None:
+            if nxt.kind in FOLDABLE and g.activation is None:
+                g.ops.append(nxt.name)
+            elif activation_of(nxt) and g.activation is None:
+                g.activation = activation_of(nxt)
+                g.ops.append(nxt.name)
+            else:
+                break
+            g.output = nxt.name
+        groups.append(g)
+    return groups
+
+
+def _residual_operands(model: Model, op: Op, owner: dict[str, Step], outputs: set[str]) -> list[tuple[int, Step]]:
+    """``(operand index, conv group)`` of each operand of ``op`` that a conv epilogue could add
+    ``op``'s other operand to (layouts aside): the group's activation-free output, read by ``op`` alone."""
+    if op.kind != "add" or len(op.inputs) != 2 or op.inputs[0] == op.inputs[1] or len(op.shape) != 4:
+        return []
+    if model.op(op.inputs[0]).shape != model.op(op.inputs[1]).shape:
+        return []  # broadcasting adds stay elementwise
+    fits = []
+    for i, t in enumerate(op.inputs):
+        g = owner.get(t)
+        if (g is not None and g.kind == "conv" and g.output == t and g.activation is None
+                and _sole_reader(model, t, outputs) is op):
+            fits.append((i, g))
+    return fits
+
+
+def residual_convs(model: Model) -> dict[str, list[str]]:
+    """For each add a conv epilogue could absorb, the convs that could take it (by their op
+    name). The executor fuses such an add into one of them whose output layout is the add's;
+    the graph tuner's problem requires that one exists (:mod:`graph_tuner.selection`).
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.input((1, 8, 4, 4))
+    >>> y = b.add(b.conv(x, 8, 1, name="c1"), b.conv(x, 8, 1, name="c2"), name="add")
+    >>> residual_convs(b.build(b.add(b.relu(y), x, name="add2")))
+    {'add': ['c1', 'c2']}
+    """
+    outputs = set(model.outputs)
+    owner = {n: g for g in _conv_groups(model, outputs) for n in g.ops}
+    out = {}
+    for op in model.ops:
+        fits = _residual_operands(model, op, owner, outputs)
+        if fits:
+            out[op.name] = [g.ops[0] for _, g in fits]
+    return out
+
+
+def conv_epilogues(model: Model, steps: list[Step] | None = None) -> dict[str, dict]:
+    """Each conv's fused epilogue as :func:`kernels.conv2d.build_conv2d` keyword arguments
+    (``bias``, ``residual``, ``activation``, ``affine_out``, ``affine_activation``), from
+    ``steps`` (default: :func:`plan_steps` with every layout agreeing, i.e. every possible
+    fusion). The tuner times kernels with them: a residual read and a second output are
+    memory traffic the bare conv does not have (+22-44% on ResNet-50's stage-1 1x1 convs).
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.input((1, 8, 4, 4))
+    >>> y = b.add(b.batch_norm(b.conv(x, 8, 1, name="c1")), x)
+    >>> m = b.build(b.conv(b.relu(b.batch_norm(y)), 8, 1, name="c2"))
+    >>> conv_epilogues(m)["c1"]
+    {'bias': True, 'residual': True, 'activation': None, 'affine_out': True, 'affine_activation': 'relu'}
+    """
+    return {s.ops[0]: step_epilogue(model, s) for s in (plan_steps(model) if steps is None else steps)
+            if s.kind == "conv"}
+
+
+def step_epilogue(model: Model, s: Step) -> dict:
+    """A conv group's fused epilogue as :func:`kernels.conv2d.build_conv2d` keyword arguments."""
+    conv = model.op(s.ops[0])
+    bias = "bias" in conv.weights or any(model.op(n).kind in FOLDABLE for n in s.ops[1:])
+    return dict(bias=bias, residual=s.residual is not None, activation=s.activation,
+                affine_out=s.affine is not None,
+                affine_activation=(affine_chain(model, s.affine) or None) if s.affine else None)
+
+
+def plan_steps(model: Model, blocks: dict[str, int] | None = None,
+               join_blocks: dict[str, int] | None = None) -> list[Step]:
+    """Group the model's ops into steps (see the module doc), in execution order.
+
+    ``blocks`` gives each tensor's channel block and ``join_blocks`` each add's; an add
+    is fused into a conv only when the conv's output is already in the add's layout.
+    Without them every layout is taken to agree.
+    """
+    blocks = blocks or {}
+    join_blocks = join_blocks or {}
+    outputs = set(model.outputs)
+    order = {op.name: i for i, op in enumerate(model.ops)}
+
+    # 1. conv + folded bn/bias [+ activation]
+    groups = _conv_groups(model, outputs)
+    owner: dict[str, Step] = {n: g for g in groups for n in g.ops}  # op name -> its step
+
+    # 2. residual adds, each to the later-running conv whose output is in its layout
+    for op in model.ops:
+        fits = [(order[g.ops[0]], i, g) for i, g in _residual_operands(model, op, owner, outputs)
+                if g.residual is None
+                and blocks.get(op.inputs[i], 1) == join_blocks.get(op.name, blocks.get(op.inputs[i], 1))]
+        if not fits:
+            continue
+        _, i, g = max(fits)
+        g.residual = op.inputs[1 - i]
+        g.inputs.append(g.residual)
+        g.ops.append(op.name)
+        g.output = op.name
+        owner[op.name] = g
+        nxt = _sole_reader(model, op.name, outputs)
+        if nxt is not None and activation_of(nxt):
+            g.activation = activation_of(nxt)
+            g.ops.append(nxt.name)
+            g.output = nxt.name
+            owner[nxt.name] = g
+
+    # 3. elementwise chains and single ops
+    steps: list[Step] = []
+    for op in model.ops:
+        if op.name in owner or op.kind == "input":
+            continue
+        src = op.inputs[0] if op.inputs else None
+        prev = owner.get(src) if src is not None else None
+        if (op.kind in UNARY_ELEMENTWISE and prev is not None and prev.kind == "elementwise"
+                and prev.output == src and _sole_reader(model, src, outputs) is op):
+            prev.ops.append(op.name)
+            prev.output = op.name
+            owner[op.name] = prev
+            continue
+        if op.kind in UNARY_ELEMENTWISE or op.kind in BINARY_ELEMENTWISE:
+            s = Step("elementwise", [op.name], op.name, list(op.inputs))
+        else:
+            s = Step(op.kind, [op.name], op.name, list(op.inputs))
+        owner[op.name] = s
+        steps.append(s)
+    # 4. affine chains on a conv group's output become its epilogue's second output
+    for s in steps:
+        g = owner.get(s.inputs[0]) if s.kind == "elementwise" and len(s.inputs) == 1 else None
+        if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.affine is None
+                and not _is_depthwise(model, g) and affine_chain(model, s) is not None):
+            g.affine, s.fused = s, True
+    steps += groups
+    # Run each step where its last op sits in the model's topological order.
+    steps.sort(key=lambda s: order[s.ops[-1]])
+    return steps
+
+
+def _is_depthwise(model: Model, g: Step) -> bool:
+    w = model.workload(model.op(g.ops[0]))
+    return w.is_depthwise and w.out_channels == w.in_channels
+
+
+def affine_chain(model: Model, s: Step) -> str | None:
+    """``s``'s final activation ("" for none) if ``s`` is bn / bias adds then at most one
+    activation, else None."""
+    kinds = [model.op(n) for n in s.ops]
+    act = activation_of(kinds[-1]) if kinds else None
+    body = kinds[:-1] if act else kinds
+    if (not all(op.kind in FOLDABLE and op.attrs.get("axis", 1) == 1 for op in body) or (not body and not act)
+            or len(kinds[0].shape) != 4):
+        return None
+    return act or ""
