@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import warnings
 from typing import Iterable
 
@@ -21,9 +20,9 @@ from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
 from graph_tuner.model import Model, load_model
-from graph_tuner.plan import Plan, read_choice
+from graph_tuner.plan import Plan
 from graph_tuner.records import read_records, target_cpu
-from graph_tuner.selection import build_problem, required_transforms
+from graph_tuner.selection import required_transforms, select
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
 SOLVERS = ("dp", "ilp", "pbqp")
@@ -123,29 +122,9 @@ class GraphTuner:
                 f"{len(missing)} layout transform cost(s) unknown, e.g. {self.transforms.describe(missing[0])}; "
                 "call benchmark_layout_transforms(), load_transform_records() or estimate_transforms()"
             )
-        notes: list[str] = list(self.warnings)
-        sp = build_problem(self.flow, self.candidates, self.transforms.seconds, self._blocks())
-        t0 = time.perf_counter()
-        sol, method = _solve(sp.problem, solver, time_limit, notes)
-        elapsed = time.perf_counter() - t0
-        layers, transforms, joins = read_choice(sp, sol.choice, self._conv_index(), self._workload_by_name())
-        for t in transforms:
-            t.estimated = (t.shape, *_blocks_of(t)) in self.transforms.estimated
-        plan = Plan(
-            model=self.model.name,
-            target=self.target,
-            layers=layers,
-            transforms=transforms,
-            joins=joins,
-            solver=method,
-            optimal=bool(sol.optimal),
-            bound_ms=sol.bound,
-            solve_seconds=elapsed,
-            notes=notes,
-            records=[lc.candidate.record for lc in layers],
-        )
-        if abs(plan.cost - sol.cost) > 1e-6 * max(1.0, abs(sol.cost)):
-            raise AssertionError(f"plan total {plan.cost} != solver objective {sol.cost}")  # a bug, not user error
+        plan = select(self.flow, self.candidates, self.transforms.seconds, self._blocks(), method=solver,
+                      time_limit=time_limit, estimated=self.transforms.estimated, target=self.target,
+                      notes=list(self.warnings))
         plan.baselines_ms = {}
         for name in ("history_best", "default"):
             base = self.baseline_plan(name)
@@ -170,15 +149,9 @@ class GraphTuner:
             raise ValueError(f"unknown baseline {name!r}")
         return None if any(not cs for cs in fixed.values()) else fixed
 
-    def _conv_index(self) -> dict[str, int]:
-        return {op.name: i for i, op in enumerate(self.convs)}
-
-    def _workload_by_name(self) -> dict:
-        return {op.name: w for op, w in zip(self.convs, self.workloads)}
-
     def _default_candidates(self, name: str, cs: list) -> list:
         """The layer's candidate at AutoTVM's default layouts (SIMD-width blocks)."""
-        config = cand.fallback_config(self._workload_by_name()[name], _simd_lanes())
+        config = cand.fallback_config(self.flow.workloads[name], _simd_lanes())
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
@@ -192,24 +165,8 @@ class GraphTuner:
         fixed = self._baseline_picks(name)
         if fixed is None:
             return None
-        from solvers import solve
-
-        sp = build_problem(self.flow, fixed, self.transforms.seconds, self._blocks())
-        t0 = time.perf_counter()
-        sol = solve(sp.problem, method="dp")
-        layers, transforms, joins = read_choice(sp, sol.choice, self._conv_index(), self._workload_by_name())
-        return Plan(
-            model=self.model.name,
-            target=self.target,
-            layers=layers,
-            transforms=transforms,
-            joins=joins,
-            solver=f"{name} (dp over joins)",
-            optimal=bool(sol.optimal),
-            bound_ms=sol.bound,
-            solve_seconds=time.perf_counter() - t0,
-            records=[lc.candidate.record for lc in layers],
-        )
+        return select(self.flow, fixed, self.transforms.seconds, self._blocks(), solver=f"{name} (dp over joins)",
+                      estimated=self.transforms.estimated, target=self.target)
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)
@@ -276,49 +233,8 @@ def apply_records(
     blocks = sorted(set(blocks) | {_simd_lanes()})
     needed = required_transforms(flow, chosen, blocks)
     costs.fill(needed, measure=measure, estimate=not measure, progress=progress)
-    sp = build_problem(flow, chosen, costs.seconds, blocks)
-    from solvers import solve
+    return select(flow, chosen, costs.seconds, blocks, estimated=costs.estimated, target=recs[0].target)
 
-    t0 = time.perf_counter()
-    sol = solve(sp.problem, method="dp")
-    layers, transforms_, joins = read_choice(
-        sp, sol.choice, {op.name: i for i, op in enumerate(convs)}, {op.name: m.workload(op) for op in convs}
-    )
-    return Plan(
-        model=m.name,
-        target=recs[0].target,
-        layers=layers,
-        transforms=transforms_,
-        joins=joins,
-        solver="dp",
-        optimal=bool(sol.optimal),
-        bound_ms=sol.bound,
-        solve_seconds=time.perf_counter() - t0,
-        records=[lc.candidate.record for lc in layers],
-    )
-
-
-def _blocks_of(t) -> tuple[int, int]:
-    from graph_tuner.layout_flow import parse_layout
-
-    return parse_layout(t.src_layout), parse_layout(t.dst_layout)
-
-
-def _solve(problem, solver: str, time_limit: float | None, notes: list[str]):
-    from solvers import Infeasible, TableTooLarge, solve
-
-    try:
-        try:
-            return solve(problem, method=solver, time_limit=time_limit), solver
-        except TableTooLarge as e:
-            if solver != "dp":
-                raise
-            notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
-            return solve(problem, method="ilp", time_limit=time_limit), "ilp"
-    except Infeasible:
-        raise GraphTunerError(
-            "no feasible plan: every combination of candidates needs an impossible layout transform"
-        ) from None
 
 def _foreign_cpu_warnings(log, records) -> list[str]:
     """A warning when the x86 records were timed on other CPUs than this one: the plan is

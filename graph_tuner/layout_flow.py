@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.fusion import residual_convs
 from graph_tuner.model import Model, Op
+from kernels.workload import Conv2DWorkload
 
 # Single-input ops that compute in whatever blocked layout their input has.
 AGNOSTIC_KINDS = frozenset(
@@ -79,6 +80,9 @@ class LayoutFlow:
     tensors: list[TensorFlow]
     convs: list[Op]  # in TVM's conv order (the model's)
     residual: dict[str, list[str]] = field(default_factory=dict)  # add -> convs that can absorb it
+    source: dict[str, str] = field(default_factory=dict)  # every op -> the decision setting its output's layout
+    workloads: dict[str, Conv2DWorkload] = field(default_factory=dict)  # conv -> its workload
+    model: str = ""  # the model's name
 
 
 def layout_name(block: int) -> str:
@@ -154,4 +158,5 @@ def analyse(model: Model) -> LayoutFlow:
     if not convs:
         raise GraphTunerError(f"model '{model.name}' has no conv2d layers: nothing to tune")
     residual = {add: cs for add, cs in residual_convs(model).items() if add in decisions}
-    return LayoutFlow(decisions, tensors, convs, residual)
+    return LayoutFlow(decisions, tensors, convs, residual, source, {op.name: model.workload(op) for op in convs},
+                      model.name)

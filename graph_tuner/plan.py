@@ -1,5 +1,9 @@
 """A solved plan: each conv layer's schedule and layouts, each transform inserted, totals.
 
+:func:`plan_from_choice` turns a choice (a candidate per conv, a block per join) into
+the plan, whoever chose: the solver (:func:`graph_tuner.selection.select`), a fixed
+log (:func:`graph_tuner.api.apply_records`), or a test. Blocks are integers throughout
+(1: plain NCHW); layout names are made only for reports (:func:`layout_name`).
 ``Plan.write_records`` writes the x86 log that TVM's ``apply_graph_best`` (and our
 executor) apply positionally: exactly one record per conv layer, in conv order.
 """
@@ -7,44 +11,81 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from graph_tuner.atomic import atomic_write_text
-from graph_tuner.layout_flow import layout_name
+from graph_tuner.layout_flow import PLAIN, LayoutFlow, layout_name
 from graph_tuner.records import format_record
-from graph_tuner.selection import SelectionProblem
 
 
 @dataclass
 class LayerChoice:
+    """Conv layer ``index`` (conv order) runs ``candidate``: its schedule, and so its blocks."""
+
     index: int
     name: str
     workload: Any  # kernels.Conv2DWorkload
     candidate: Any  # graph_tuner.candidates.Candidate
-    in_layout: str
-    out_layout: str
     time_ms: float
+
+    @property
+    def in_block(self) -> int:
+        return self.candidate.in_block
+
+    @property
+    def out_block(self) -> int:
+        return self.candidate.out_block
+
+    # Names, for reports and tables only.
+    @property
+    def in_layout(self) -> str:
+        return layout_name(self.in_block)
+
+    @property
+    def out_layout(self) -> str:
+        return layout_name(self.out_block)
 
 
 @dataclass
 class TransformChoice:
+    """One layout transform of ``tensor`` (its NCHW ``shape``) from ``src_block`` to
+    ``dst_block``, run once for all its ``consumers`` (op names; ``"<output>"`` for a
+    graph output)."""
+
     tensor: str
     shape: tuple[int, ...]
-    src_layout: str
-    dst_layout: str
+    src_block: int
+    dst_block: int
     time_ms: float
-    consumers: list[str]  # names of the ops reading the transformed tensor; "<output>" for a graph output
+    consumers: list[str]
     estimated: bool = False
+
+    @property
+    def key(self) -> tuple[tuple[int, ...], int, int]:
+        """``(shape, src, dst)``: how transform costs are keyed."""
+        return tuple(self.shape), self.src_block, self.dst_block
+
+    @property
+    def src_layout(self) -> str:
+        return layout_name(self.src_block)
+
+    @property
+    def dst_layout(self) -> str:
+        return layout_name(self.dst_block)
 
 
 @dataclass
 class Plan:
+    """What runs: each conv layer's schedule, the block every op writes its output in
+    (``blocks``; joins' own choice also in ``joins``), and every transform (the only ones
+    the executor inserts). Built by :func:`plan_from_choice` alone."""
+
     model: str
     target: str
     layers: list[LayerChoice]
     transforms: list[TransformChoice]
-    joins: dict[str, str]  # add/concat op -> layout it computes in
+    joins: dict[str, int]  # add/concat op -> the block it computes in
     solver: str
     optimal: bool
     bound_ms: float | None
@@ -52,6 +93,7 @@ class Plan:
     baselines_ms: dict[str, float | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     records: list = field(default_factory=list)  # the records to emit (x86: per layer; cuda: per workload)
+    blocks: dict[str, int] = field(default_factory=dict)  # op -> block of its output (1: plain)
 
     @property
     def kernel_ms(self) -> float:
@@ -94,8 +136,10 @@ class Plan:
             "model": self.model,
             "target": self.target,
             "layers": [layer(lc) for lc in self.layers],
-            "transforms": [asdict(t) | {"shape": list(t.shape)} for t in self.transforms],
-            "joins": self.joins,
+            "transforms": [{"tensor": t.tensor, "shape": list(t.shape), "src_layout": t.src_layout,
+                            "dst_layout": t.dst_layout, "time_ms": t.time_ms, "consumers": t.consumers,
+                            "estimated": t.estimated} for t in self.transforms],
+            "joins": {name: layout_name(b) for name, b in self.joins.items()},
             "totals_ms": {
                 "kernels": self.kernel_ms,
                 "transforms": self.transform_ms,
@@ -160,45 +204,35 @@ class Plan:
         return "\n".join(lines)
 
 
-def read_choice(sp: SelectionProblem, choice: list[int], conv_index: dict[str, int], workloads: dict) -> tuple:
-    """Translate a solver choice into layer choices, transforms and join layouts."""
-    layers = []
-    for name, cands in sp.conv_choices.items():
-        c = cands[choice[sp.node[name]]]
-        layers.append(
-            LayerChoice(
-                index=conv_index[name],
-                name=name,
-                workload=workloads[name],
-                candidate=c,
-                in_layout=layout_name(c.in_block),
-                out_layout=layout_name(c.out_block),
-                time_ms=c.time * 1e3,
-            )
-        )
-    layers.sort(key=lambda lc: lc.index)
-    joins = {n: layout_name(bs[choice[sp.node[n]]]) for n, bs in sp.join_choices.items()}
+def plan_from_choice(flow: LayoutFlow, convs: Mapping[str, Any], joins: Mapping[str, int],
+                     transform_ms: Mapping[tuple, float] | None = None, **meta) -> Plan:
+    """The plan of one choice: ``convs`` maps each conv to its candidate, ``joins`` each join
+    to its block. This is the one place that decides, from the flow's rules
+    (:mod:`graph_tuner.layout_flow`), the block each op writes and which tensor is
+    transformed to what for whom: the objective counts these transforms and the
+    executor runs exactly these. ``transform_ms`` costs them by ``(shape, src, dst)``
+    (None: unknown, 0 ms); ``meta`` fills the other fields of :class:`Plan`.
+    """
+    def out_block(decision: str) -> int:
+        return 1 if decision == PLAIN else convs[decision].out_block if decision in convs else joins[decision]
+
+    def in_block(decision: str) -> int:
+        return 1 if decision == PLAIN else convs[decision].in_block if decision in convs else joins[decision]
 
     transforms = []
-    for t in sp.flow.tensors:
-        have = sp.out_blocks(t.source)[choice[sp.node[t.source]]]
+    for t in flow.tensors:
+        have = out_block(t.source)
         wanted: dict[int, list[str]] = {}
         for r in t.requirements:
-            b = sp.in_blocks(r.decision)[choice[sp.node[r.decision]]]
-            if b != have:
-                wanted.setdefault(b, [])
-                if r.via not in wanted[b]:
-                    wanted[b].append(r.via)
+            b = in_block(r.decision)
+            if b != have and r.via not in wanted.setdefault(b, []):
+                wanted[b].append(r.via)
         for b, consumers in sorted(wanted.items()):
-            key = (t.shape, have, b)
-            transforms.append(
-                TransformChoice(
-                    tensor=t.name,
-                    shape=t.shape,
-                    src_layout=layout_name(have),
-                    dst_layout=layout_name(b),
-                    time_ms=sp.transform_ms[key],
-                    consumers=consumers,
-                )
-            )
-    return layers, transforms, joins
+            ms = 0.0 if transform_ms is None else transform_ms[(t.shape, have, b)]
+            transforms.append(TransformChoice(t.name, t.shape, have, b, ms, consumers))
+    layers = [LayerChoice(i, op.name, flow.workloads[op.name], convs[op.name], convs[op.name].time * 1e3)
+              for i, op in enumerate(flow.convs)]
+    meta = {"target": "llvm", "solver": "fixed", "optimal": False, "bound_ms": None, "solve_seconds": 0.0,
+            "records": [lc.candidate.record for lc in layers]} | meta
+    return Plan(model=flow.model, layers=layers, transforms=transforms, joins=dict(joins),
+                blocks={op: out_block(d) for op, d in flow.source.items()}, **meta)

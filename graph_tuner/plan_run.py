@@ -106,17 +106,14 @@ def retimed_cost_ms(plan, model=None) -> float:
     ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
     tuning ran; this separates "is the cost model additive?" from "is the log current?".
     """
-    from graph_tuner.layout_flow import parse_layout
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
 
     epilogues = {}
     if model is not None:
-        from graph_tuner.executor.compile import tensor_blocks
         from graph_tuner.fusion import conv_epilogues, plan_steps
 
-        joins = {n: parse_layout(v) for n, v in plan.joins.items()}
-        epilogues = conv_epilogues(model, plan_steps(model, tensor_blocks(model, plan), joins))
+        epilogues = conv_epilogues(model, plan_steps(model, plan.blocks, plan.joins))
     timers: dict[tuple, KernelTimer] = {}
     seen: dict[tuple, float] = {}
     total = 0.0
@@ -129,7 +126,7 @@ def retimed_cost_ms(plan, model=None) -> float:
             seen[key] = timer(lc.workload, lc.candidate.config)
         total += seen[key]
     for t in plan.transforms:
-        key = (tuple(t.shape), parse_layout(t.src_layout), parse_layout(t.dst_layout))
+        key = t.key
         if key not in seen:
             seen[key] = time_transform(key)
         total += seen[key]

@@ -18,11 +18,13 @@ consumers share it. Costs are in milliseconds.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import PLAIN, LayoutFlow, TensorFlow, layout_name
+from graph_tuner.plan import Plan, plan_from_choice
 from solvers import Problem
 
 TransformKey = tuple[tuple[int, int, int, int], int, int]  # (NCHW shape, src block, dst block)
@@ -198,3 +200,49 @@ def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices):
             table[i][j] = transform_seconds[key] * 1e3
             entries.append((a, b, table[i][j]))
     return table, entries
+
+
+def choice_of(sp: SelectionProblem, choice: Sequence[int]) -> tuple[dict[str, object], dict[str, int]]:
+    """A solver's integer choice per node as a candidate per conv and a block per join."""
+    convs = {n: cs[choice[sp.node[n]]] for n, cs in sp.conv_choices.items()}
+    joins = {n: bs[choice[sp.node[n]]] for n, bs in sp.join_choices.items()}
+    return convs, joins
+
+
+def select(flow: LayoutFlow, candidates: dict[str, list], transform_seconds: dict[TransformKey, float],
+           blocks: Sequence[int] | None = None, *, method: str = "dp", time_limit: float | None = None,
+           estimated: AbstractSet[TransformKey] = frozenset(), **meta) -> Plan:
+    """Choose a candidate per conv and a block per join minimising kernels + transforms;
+    the plan of that choice (:func:`graph_tuner.plan.plan_from_choice`).
+
+    ``method`` is the solver's (:func:`solvers.solve`); dp falls back to ilp when its table
+    cap is hit, with a note. Transforms whose cost is in ``estimated`` are marked so.
+    ``meta`` fills the plan's other fields (``target``, ``notes``, ...).
+    """
+    from solvers import Infeasible, TableTooLarge, solve
+
+    sp = build_problem(flow, candidates, transform_seconds, blocks)
+    notes = list(meta.pop("notes", []))
+    t0 = time.perf_counter()
+    try:
+        try:
+            sol = solve(sp.problem, method=method, time_limit=time_limit)
+        except TableTooLarge as e:
+            if method != "dp":
+                raise
+            notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
+            method = "ilp"
+            sol = solve(sp.problem, method=method, time_limit=time_limit)
+    except Infeasible:
+        raise GraphTunerError(
+            "no feasible plan: every combination of candidates needs an impossible layout transform"
+        ) from None
+    elapsed = time.perf_counter() - t0
+    convs, joins = choice_of(sp, sol.choice)
+    plan = plan_from_choice(flow, convs, joins, sp.transform_ms, **{"solver": method} | meta,
+                            optimal=bool(sol.optimal), bound_ms=sol.bound, solve_seconds=elapsed, notes=notes)
+    for t in plan.transforms:
+        t.estimated = t.key in estimated
+    if abs(plan.cost - sol.cost) > 1e-6 * max(1.0, abs(sol.cost)):
+        raise AssertionError(f"plan total {plan.cost} != solver objective {sol.cost}")  # a bug, not user error
+    return plan

@@ -5,8 +5,8 @@ conv weights, fuses activations and residual adds into conv epilogues (:mod:`.fo
 inserts the plan's layout transforms and runs the other ops blocked in numpy
 (:mod:`.ops`); :mod:`.reference` is an independent plain-NCHW numpy executor to check it.
 """
-from graph_tuner.executor.compile import compile_model, plan_from_configs, tensor_blocks, uniform_plan
+from graph_tuner.executor.compile import compile_model, plan_from_configs, uniform_plan
 from graph_tuner.executor.program import Profile, Program
 from graph_tuner.executor.reference import run_reference
 
-__all__ = ["compile_model", "plan_from_configs", "tensor_blocks", "uniform_plan", "Program", "Profile", "run_reference"]
+__all__ = ["compile_model", "plan_from_configs", "uniform_plan", "Program", "Profile", "run_reference"]

@@ -1,16 +1,14 @@
 """Model + plan -> :class:`~graph_tuner.executor.program.Program`.
 
-Layouts follow the plan exactly as the cost model (:mod:`graph_tuner.layout_flow`)
-reads it: a conv writes its ``out_layout`` and reads its ``in_layout``; an add or
-concat computes in ``plan.joins[name]``; layout-agnostic ops (relu, bn, pooling, pad,
-...) keep their input's layout; other ops and graph outputs read plain NCHW. Every
-tensor read in a layout it was not written in goes through the plan's transform for
-that (tensor, layout), one per pair, run right after the tensor is written. A
-consumer needing a transform the plan does not list is an error: the plan was not
-made for this model.
+The plan says everything about layouts (:func:`graph_tuner.plan.plan_from_choice`): the
+block each op writes (``plan.blocks``), and every transform, with the ops it serves.
+The executor derives none of it: an op reads a tensor through the plan's transform
+that lists it as a consumer, else as the tensor was written, and each kernel is
+checked to get the blocks it was built for (a mismatch: the plan was made for another
+model). Transforms run right after their tensor is written.
 
-Steps are :mod:`graph_tuner.fusion`'s; conv weights are folded (:mod:`graph_tuner.executor.fold`) and packed once here;
-every buffer is allocated here.
+Steps are :mod:`graph_tuner.fusion`'s; conv weights are folded (:mod:`graph_tuner.executor.fold`)
+and packed once here; every buffer is allocated here.
 
 >>> from graph_tuner.builder import GraphBuilder
 >>> from graph_tuner.executor.reference import run_reference
@@ -37,64 +35,51 @@ from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
 from graph_tuner.fusion import Step, activation_of, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
-from graph_tuner.layout_flow import AGNOSTIC_KINDS, JOIN_KINDS, layout_name, parse_layout
+from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
 from graph_tuner.model import Model
 from graph_tuner.plan import Plan
 
-__all__ = ["compile_model", "plan_from_configs", "tensor_blocks", "uniform_plan"]
+__all__ = ["compile_model", "plan_from_configs", "uniform_plan"]
 
 
 def _is_4d(shape) -> bool:
     return len(shape) == 4
 
 
-def tensor_blocks(model: Model, plan: Plan) -> dict[str, int]:
-    """The channel block each op's output is written in under ``plan`` (1: plain)."""
-    layers = {lc.name: lc for lc in plan.layers}
-    blocks: dict[str, int] = {}
-    for op in model.ops:
-        four_d_in = [i for i in op.inputs if _is_4d(model.op(i).shape)]
-        if not _is_4d(op.shape) or op.kind == "input":
-            blocks[op.name] = 1
-        elif op.kind == "conv2d":
-            if op.name not in layers:
-                raise GraphTunerError(f"the plan for '{plan.model}' has no layer '{op.name}' of '{model.name}'; "
-                                      "it was made for another model")
-            blocks[op.name] = parse_layout(layers[op.name].out_layout)
-        elif op.kind in JOIN_KINDS:
-            blocks[op.name] = parse_layout(plan.joins.get(op.name, "NCHW"))
-        elif op.kind in AGNOSTIC_KINDS and len(four_d_in) == 1:
-            blocks[op.name] = blocks[four_d_in[0]]
-        else:
-            blocks[op.name] = 1
-    return blocks
+class _Reads:
+    """The block each op reads each 4-d tensor in, from the plan's transforms."""
+
+    def __init__(self, model: Model, plan: Plan):
+        missing = [op.name for op in model.ops if op.name not in plan.blocks]
+        if missing or len(plan.layers) != len(model.convs()):
+            raise GraphTunerError(f"the plan for '{plan.model}' does not cover '{missing[0] if missing else ''}' of "
+                                  f"'{model.name}' ({len(plan.layers)} conv layers planned, {len(model.convs())} "
+                                  "in the model); it was made for another model")
+        self.model, self.blocks = model, plan.blocks
+        self.via: dict[tuple[str, str], int] = {}
+        for t in plan.transforms:
+            if t.tensor not in model.graph or t.src_block != plan.blocks[t.tensor]:
+                raise GraphTunerError(f"the plan transforms '{t.tensor}' from {t.src_layout}, which "
+                                      f"'{model.name}' does not produce; the plan was made for another model")
+            self.via.update({(c, t.tensor): t.dst_block for c in t.consumers})
+
+    def __call__(self, reader: str, tensor: str) -> int:
+        """The block ``reader`` (an op name, or ``"<output>"``) reads ``tensor`` in."""
+        if not _is_4d(self.model.op(tensor).shape):
+            return 1
+        return self.via.get((reader, tensor), self.blocks[tensor])
+
+    def expect(self, reader: str, tensor: str, block: int) -> int:
+        """``block``, after checking that the plan hands ``tensor`` to ``reader`` in it."""
+        if self(reader, tensor) != block:
+            raise GraphTunerError(f"'{reader}' needs '{tensor}' in {layout_name(block)}, but the plan gives it "
+                                  f"{layout_name(self(reader, tensor))}; the plan was made for another model")
+        return block
 
 
-def _read_block(model: Model, layers: dict, blocks: dict[str, int], op, tensor: str) -> int:
-    """The block ``op`` reads 4-d ``tensor`` in (see the module doc)."""
-    if op.kind == "conv2d":
-        return parse_layout(layers[op.name].in_layout)
-    if op.kind in JOIN_KINDS and _is_4d(op.shape):
-        return blocks[op.name]
-    if op.kind in AGNOSTIC_KINDS and _is_4d(op.shape):
-        return blocks[tensor]
-    return 1
-
-
-def _reads(model: Model, plan: Plan, blocks: dict[str, int]) -> dict[tuple[str, int], list[str]]:
-    """Every (tensor, block) a 4-d tensor is read in, with its readers ("<output>": a graph output)."""
-    layers = {lc.name: lc for lc in plan.layers}
-    reads: dict[tuple[str, int], list[str]] = {}
-    for op in model.ops:
-        for i in op.inputs:
-            if _is_4d(model.op(i).shape):
-                readers = reads.setdefault((i, _read_block(model, layers, blocks, op, i)), [])
-                if op.name not in readers:
-                    readers.append(op.name)
-    for o in model.outputs:
-        if _is_4d(model.op(o).shape):
-            reads.setdefault((o, 1), []).append("<output>")
-    return reads
+def _written(s: Step) -> list[str]:
+    """The tensors a step writes: its output, and the second output its conv epilogue writes."""
+    return [s.output] + ([s.affine.output] if s.affine else [])
 
 
 def _allocate(actions: list[tuple], shapes: dict, pinned: set) -> dict:
@@ -139,22 +124,11 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     from kernels.layout_transform import build_transform
 
     params = model.params(seed) if params is None else params
-    blocks = tensor_blocks(model, plan)
-    joins = {n: parse_layout(v) for n, v in plan.joins.items()}
-    steps = plan_steps(model, blocks, joins)
+    reads = _Reads(model, plan)
+    blocks = plan.blocks
+    steps = plan_steps(model, blocks, plan.joins)
     layers = {lc.name: lc for lc in plan.layers}
-
-    # Transforms: exactly the plan's, and enough for every read.
-    transforms: dict[tuple[str, int], float] = {}
-    for t in plan.transforms:
-        if t.tensor not in model.graph or parse_layout(t.src_layout) != blocks[t.tensor]:
-            raise GraphTunerError(f"the plan transforms '{t.tensor}' from {t.src_layout}, which '{model.name}' "
-                                  "does not produce; the plan was made for another model")
-        transforms[(t.tensor, parse_layout(t.dst_layout))] = t.time_ms
-    for tensor, b in sorted(_reads(model, plan, blocks)):
-        if b != blocks[tensor] and (tensor, b) not in transforms:
-            raise GraphTunerError(f"the plan has no transform of '{tensor}' from {layout_name(blocks[tensor])} "
-                                  f"to {layout_name(b)}; the plan was made for another model")
+    transforms = {(t.tensor, t.dst_block): t.time_ms for t in plan.transforms}
 
     # Buffers: a tensor in its own layout is keyed by name, a transformed copy by (name, block).
     def key(t: str, b: int):
@@ -168,21 +142,20 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         if s.fused:  # written by its conv's epilogue
             continue
         inside = set(s.ops)
-        written = [s.output] + ([s.affine.output] if s.affine else [])
-        actions.append((written, [key(i, _read_block(model, layers, blocks, model.op(o), i))
-                                  for o in s.ops for i in model.op(o).inputs if i not in inside]))
+        written = _written(s)
+        actions.append((written, [key(i, reads(o, i)) for o in s.ops for i in model.op(o).inputs if i not in inside]))
         actions += [([(t, b)], [t]) for tensor in written for t, b in transforms if t == tensor]
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
-    kept = set(model.inputs) | set(keep) | {key(o, 1) for o in model.outputs}
+    kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
     arrays = _allocate(actions, shapes, kept)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
-    def read(tensor: str, block: int) -> np.ndarray:
-        if not _is_4d(model.op(tensor).shape) or block == blocks[tensor]:
-            return buffers[tensor]
-        return moved[(tensor, block)]
+    def read(reader: str, tensor: str, block: int | None = None) -> np.ndarray:
+        """The buffer ``reader`` reads ``tensor`` from (checked to be in ``block`` if given)."""
+        b = reads(reader, tensor) if block is None else reads.expect(reader, tensor, block)
+        return buffers[tensor] if key(tensor, b) == tensor else moved[(tensor, b)]
 
     out_steps: list[ProgramStep] = []
 
@@ -201,14 +174,15 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
             continue
         if s.kind == "conv":
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers))
-            if s.affine:
-                emit_transforms(s.affine.output)
         else:
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
                                                                                     buffers[s.output])))
-        emit_transforms(s.output)
+        # In the order the buffers were planned in (`actions`): a transform may reuse the
+        # memory of a tensor whose last reader was the transform before it.
+        for tensor in _written(s):
+            emit_transforms(tensor)
 
-    outputs = [read(o, 1).reshape(model.op(o).shape) for o in model.outputs]
+    outputs = [read("<output>", o, 1).reshape(model.op(o).shape) for o in model.outputs]
     inputs = {n: buffers[n] for n in model.inputs}
     tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
     prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
@@ -226,7 +200,7 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     conv = model.op(s.ops[0])
     w = model.workload(conv)
     config = lc.candidate.config
-    in_block, out_block = parse_layout(lc.in_layout), parse_layout(lc.out_layout)
+    in_block, out_block = lc.in_block, lc.out_block
     if (config.ic_bn, config.oc_bn) != (in_block, out_block):
         raise GraphTunerError(f"layer '{conv.name}': config blocks ({config.ic_bn}, {config.oc_bn}) do not match "
                               f"its layouts {lc.in_layout} -> {lc.out_layout}")
@@ -238,8 +212,11 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     kernel = build_conv2d(w, config, **step_epilogue(model, s))  # the epilogue the tuner timed it with
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
-    data = read(conv.inputs[0], in_block).reshape(kernel.input_shape)
-    residual = read(s.residual, out_block).reshape(kernel.output_shape) if s.residual else None
+    data = read(conv.name, conv.inputs[0], in_block).reshape(kernel.input_shape)
+    residual = None
+    if s.residual:
+        add = next(n for n in s.ops[1:] if s.residual in model.op(n).inputs)  # the fused add reads it
+        residual = read(add, s.residual, out_block).reshape(kernel.output_shape)
     if second:
         second["out2"] = buffers[s.affine.output].reshape(kernel.output_shape)
     fn = kernel.bind(data, packed, buffers[s.output].reshape(kernel.output_shape), bias=bias, residual=residual,
@@ -250,11 +227,11 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     """The call running a non-conv step into ``out``."""
     head = model.op(s.ops[0])
-    a = head.attrs
+    a, k = head.attrs, head.kind
     if s.kind == "elementwise":
         return _elementwise_fn(model, s, params, read, blocks, out)
-    x = read(head.inputs[0], blocks[head.inputs[0]]) if head.inputs else None
-    k = head.kind
+    # Pooling and pad compute in their input's layout (layout_flow.AGNOSTIC_KINDS).
+    x = read(head.name, head.inputs[0], blocks[head.name]) if k in AGNOSTIC_KINDS else None
     if k in ("max_pool", "avg_pool"):
         from kernels.pooling import build_pool2d
 
@@ -271,8 +248,8 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     if k == "pad":
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
-        return blocked.make_concat([read(i, blocks[head.name]) for i in head.inputs], out, a["axis"])
-    x = read(head.inputs[0], 1)  # plain ops
+        return blocked.make_concat([read(head.name, i, blocks[head.name]) for i in head.inputs], out, a["axis"])
+    x = read(head.name, head.inputs[0], 1)  # plain ops
     if k in ("flatten", "reshape"):
         return blocked.make_copy_reshape(x, out)
     if k == "transpose":
@@ -320,10 +297,10 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
     head = model.op(s.ops[0])
     program: list[tuple] = []
     if head.kind in ("add", "multiply"):
-        inputs = [read(i, blocks[s.output]) for i in head.inputs]
+        inputs = [read(head.name, i, blocks[s.output]) for i in head.inputs]
         program.append((head.kind,))
     else:
-        inputs = [read(head.inputs[0], blocks[head.inputs[0]])]
+        inputs = [read(head.name, head.inputs[0], blocks[s.output])]
     for name in s.ops:
         op = model.op(name)
         p = params.get(name, {})
@@ -379,28 +356,20 @@ def plan_from_configs(model: Model, configs: dict, joins: dict[str, int] | None 
     times are unknown (0 ms). For tests and for running without tuning records.
     """
     from graph_tuner.candidates import Candidate
-    from graph_tuner.plan import LayerChoice, TransformChoice
+    from graph_tuner.layout_flow import PLAIN, analyse
+    from graph_tuner.plan import plan_from_choice
 
-    layers = []
-    for i, op in enumerate(model.convs()):
-        c = configs[op.name]
-        layers.append(LayerChoice(i, op.name, model.workload(op), Candidate(None, c.ic_bn, c.oc_bn, 0.0, c, True),
-                                  layout_name(c.ic_bn), layout_name(c.oc_bn), 0.0))
-    plan = Plan(model.name, "llvm", layers, [], {}, "fixed", False, None, 0.0)
-    for op in model.ops:  # in order, so a join's inputs have their blocks
-        if op.kind in JOIN_KINDS and _is_4d(op.shape):
-            if joins and op.name in joins:
-                plan.joins[op.name] = layout_name(joins[op.name])
-                continue
-            chans = [model.op(i).shape[1] for i in op.inputs if _is_4d(model.op(i).shape)]
-            first = tensor_blocks(model, plan)[op.inputs[0]]
-            plan.joins[op.name] = layout_name(first if all(c % first == 0 for c in chans) else 1)
-    blocks = tensor_blocks(model, plan)
-    order = {op.name: i for i, op in enumerate(model.ops)}
-    reads = _reads(model, plan, blocks)
-    for tensor, b in sorted(reads, key=lambda tb: (order[tb[0]], tb[1])):
-        if b != blocks[tensor]:
-            consumers = reads[(tensor, b)]
-            plan.transforms.append(TransformChoice(tensor, tuple(model.op(tensor).shape), layout_name(blocks[tensor]),
-                                                   layout_name(b), 0.0, consumers))
-    return plan
+    flow = analyse(model)
+    convs = {op.name: Candidate(None, configs[op.name].ic_bn, configs[op.name].oc_bn, 0.0, configs[op.name], True)
+             for op in flow.convs}
+    chosen: dict[str, int] = {}
+    for name, d in flow.decisions.items():  # in order, so a join's inputs have their blocks
+        if d.kind in ("conv2d", "plain"):
+            continue
+        if joins and name in joins:
+            chosen[name] = joins[name]
+            continue
+        src = flow.source[model.op(name).inputs[0]]
+        first = 1 if src == PLAIN else convs[src].out_block if src in convs else chosen[src]
+        chosen[name] = first if all(c % first == 0 for c in d.channels_in) else 1
+    return plan_from_choice(flow, convs, chosen)

@@ -1,0 +1,88 @@
+"""One plan flows downstream: on random model graphs, the transforms the compiled program
+runs are exactly the plan's list, and the solver's objective is exactly the plan's kernel
+plus transform costs (:func:`graph_tuner.plan.plan_from_choice` is the only place that
+decides them)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graph_tuner.builder import GraphBuilder
+from graph_tuner.candidates import Candidate
+from graph_tuner.executor import compile_model, run_reference
+from graph_tuner.layout_flow import analyse
+from graph_tuner.plan import plan_from_choice
+from graph_tuner.selection import build_problem, choice_of, required_transforms
+from kernels.config import Conv2DConfig
+from solvers import solve
+
+BLOCKS = (1, 2, 4, 8)
+
+
+@st.composite
+def networks(draw):
+    """A small random CNN on 6x6 images: convs, relus, residual adds, concats, a pooled
+    classifier head, sometimes a second output; every tensor keeps the 6x6 plane."""
+    b = GraphBuilder("random")
+    tensors = [b.input((1, draw(st.sampled_from([3, 4, 8])), 6, 6))]
+    read: set[str] = set()
+    for i in range(draw(st.integers(2, 6))):
+        kind = draw(st.sampled_from(["conv", "conv", "relu", "add", "concat"]))
+        src = draw(st.sampled_from(tensors))
+        if kind == "conv":
+            k = draw(st.sampled_from([1, 3]))
+            y = b.conv(src, draw(st.sampled_from([4, 6, 8])), k, padding=k // 2, name=f"c{i}")
+        elif kind == "relu":
+            y = b.relu(src, name=f"r{i}")
+        elif kind == "add":
+            same = [t for t in tensors if b.shape(t) == b.shape(src) and t != src]
+            if not same:
+                continue
+            other = draw(st.sampled_from(same))
+            y = b.add(src, other, name=f"a{i}")
+            read.add(other)
+        else:
+            other = draw(st.sampled_from(tensors))
+            y = b.concat([src, other], name=f"cat{i}")
+            read.add(other)
+        read.add(src)
+        tensors.append(y)
+    # Every tensor no op reads goes into the head, so no op is dead code.
+    leaves = [t for t in tensors if t not in read]
+    joined = leaves[0] if len(leaves) == 1 else b.concat(leaves, name="leaves")
+    head = b.flatten(b.global_avg_pool(b.conv(joined, 4, 1, name="last")))
+    outputs = [head] + ([tensors[-1]] if draw(st.booleans()) else [])
+    return b.build(*outputs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(model=networks(), data=st.data())
+def test_the_program_runs_exactly_the_plans_transforms(model, data):
+    flow = analyse(model)
+    candidates = {}
+    for op in flow.convs:
+        w = model.workload(op)
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from([v for v in BLOCKS if w.in_channels % v == 0]),
+                                             st.sampled_from([v for v in BLOCKS if w.out_channels % v == 0])),
+                                   min_size=1, max_size=3, unique=True), label=op.name)
+        candidates[op.name] = [Candidate(None, i, o, data.draw(st.floats(1e-6, 1e-4)), Conv2DConfig(i, o, 2), True)
+                               for i, o in pairs]
+    costs = {key: data.draw(st.floats(1e-7, 1e-4)) for key in required_transforms(flow, candidates, BLOCKS)}
+    sp = build_problem(flow, candidates, costs, BLOCKS)
+    sol = solve(sp.problem, method="dp")
+    convs, joins = choice_of(sp, sol.choice)
+    plan = plan_from_choice(flow, convs, joins, sp.transform_ms)
+
+    # The objective is the plan's kernels plus the plan's transforms, nothing else.
+    assert math.isclose(sp.problem.evaluate(sol.choice), plan.cost, rel_tol=1e-9)
+    assert math.isclose(plan.transform_ms, sum(costs[t.key] for t in plan.transforms) * 1e3, rel_tol=1e-9)
+    # The program runs exactly those transforms, one per (tensor, block), and computes the model.
+    prog = compile_model(model, plan)
+    ran = sorted(s.name for s in prog.steps if s.category == "transform")
+    assert ran == sorted(f"{t.tensor} {t.src_layout}->{t.dst_layout}" for t in plan.transforms)
+    x = np.random.default_rng(0).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
+    for got, want in zip(prog.run(x), run_reference(model, model.params(), x)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
