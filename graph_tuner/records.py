@@ -270,11 +270,11 @@ def _keep(log: RecordLog, rec: Record | TransformRecord, where: str, skip: bool)
 
 
 def _bad(log: RecordLog, where: str, reason: str, skip: bool) -> None:
-    message = f"{where}: not a valid AutoTVM record ({reason}); fix the line or pass --skip-bad-lines"
     if not skip:
-        raise GraphTunerError(message)
+        raise GraphTunerError(f"{where}: not a valid AutoTVM record ({reason}); "
+                              "fix the line or pass --skip-bad-lines")
     log.skipped_bad += 1
-    log.warnings.append(message)
+    log.warnings.append(f"{where}: skipped, not a valid AutoTVM record ({reason})")
 
 
 def _add_line(log: RecordLog, line: str, where: str, skip: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,8 @@ def test_a_bad_line_is_one_error_naming_file_line_and_reason(tmp_path, capsys, b
     # --skip-bad-lines skips that line only (solving would go on; the reader is enough here)
     skipped = read_records(log, skip_bad_lines=True)
     assert skipped.skipped_bad == 1 and len(skipped.records) == 3
-    assert skipped.warnings == [err[0].removeprefix("graph-tuner: error: ")]
+    why = err[0].split(" record ", 1)[1].removesuffix("; fix the line or pass --skip-bad-lines")
+    assert skipped.warnings == [f"{log}:3: skipped, not a valid AutoTVM record {why}"]
 
 
 def _log_of(tmp_path: Path, lines) -> Path:
@@ -215,3 +217,26 @@ def test_bad_records_argument_of_the_api_is_a_graph_tuner_error():
     for records in (None, 42, b"bytes", {"input": []}, [42], [b"\xff"], [{"foo": 1}]):
         with pytest.raises(GraphTunerError):
             GraphTuner("resnet-18", records)
+
+
+def test_skip_bad_lines_solves_on_with_one_warning_per_skipped_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path))  # this machine's cache: untouched
+    log = tmp_path / "r18.log"
+    bad = [cost(0.0), b"\xff\xfe", transform(costs=[math.nan])]
+    log.write_bytes(SHIPPED.read_bytes() + b"\n".join(bad) + b"\n")
+    n = len(LINES)
+    out = tmp_path / "out.log"
+    # --estimate-transforms: whatever the shipped log lacks for this CPU is estimated, not measured
+    args = ["solve", "resnet-18", "--records", str(log), "-o", str(out), "--no-progress",
+            "--estimate-transforms"]
+    assert main(args) == 2 and not out.exists()
+    assert capsys.readouterr().err.startswith(f"graph-tuner: error: {log}:{n + 1}: ")
+    assert main([*args, "--skip-bad-lines"]) == 0
+    warnings = [w for w in capsys.readouterr().err.splitlines() if "skipped" in w]
+    whys = ["cost 0.0 is not a measured time (not finite and positive)",
+            "not UTF-8 text: byte 0xff at column 1",
+            "cost nan is not a measured time (not finite and positive)"]
+    head = "graph-tuner: warning: "
+    assert warnings == [f"{head}{log}:{n + i}: skipped, not a valid AutoTVM record ({why})"
+                        for i, why in enumerate(whys, 1)]
+    assert len(out.read_text().splitlines()) == 21
