@@ -13,7 +13,9 @@ where ``result = [costs, error_no, all_cost, timestamp]``. ``#`` comments and bl
 lines are skipped, typographic quotes from web pages are straightened, records with
 ``error_no != 0`` and tasks we do not know are skipped and counted. Each conv record
 becomes a :class:`Record` with a normalised :class:`~kernels.workload.Conv2DWorkload`;
-``layout_transform`` records become :class:`TransformRecord`.
+``layout_transform`` records become :class:`TransformRecord`. Every value is checked as it
+is read (:mod:`graph_tuner.record_checks`): what a :class:`RecordLog` holds is fit for the
+solver, and anything else is a one-line :class:`GraphTunerError` naming ``file:line``.
 
 Writing: :func:`format_record` writes the record's original JSON (same version, same
 content and key order) or converts v0.1 -> v0.2. The conversion changes the envelope

@@ -20,8 +20,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from graph_tuner.errors import GraphTunerError
 from graph_tuner import record_checks as checks
+from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import layout_name
 from graph_tuner.record_checks import transform_key
 
