@@ -26,10 +26,10 @@ import dataclasses
 import json
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.records import X86_TASKS, Record, RecordLog, target_kind, with_costs
+from graph_tuner.records import X86_TASKS, Record, RecordLog, read_records, target_kind, with_costs
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config, fallback_config  # noqa: F401 (re-exported)
 from kernels.workload import Conv2DWorkload
@@ -91,8 +91,39 @@ def describe(workload: Conv2DWorkload) -> str:
     return text
 
 
-def _records(records: RecordLog | Iterable[Record]) -> list[Record]:
-    return list(records.records if isinstance(records, RecordLog) else records)
+def _read(records: RecordLog | Iterable[Record]) -> RecordLog:
+    """A log as read; records given some other way pass :func:`read_records`'s checks too."""
+    return records if isinstance(records, RecordLog) else read_records(records)
+
+
+def _why_none(log: RecordLog, what: str, kind: str, usable: Callable[[Record], bool], *,
+              missing: str = "no tuning record",
+              advice: str = "tune it (`graph-tuner tune MODEL -o LOG`) or pass --fallback") -> str:
+    """Why ``log`` has no usable record for ``what`` (a layer or workload) and what to do, on
+    one line: "no tuning record" alone, for a log of 40 failed measurements or a CUDA log
+    given with --target llvm, does not say what went wrong.
+
+    >>> from graph_tuner.records import make_conv2d_record
+    >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
+    >>> log = read_records([make_conv2d_record(w, {"tile_ic": [-1, 8], "tile_oc": [-1, 8],
+    ...                                          "tile_ow": [-1, 4]}, 0, [1e-4], "cuda")])
+    >>> message = _why_none(log, "layer 0", "llvm", lambda r: r.target_kind == "llvm")
+    >>> for part in message.split("; "):
+    ...     print(part)
+    <records>: layer 0: no tuning record
+    read 1 records: 1 conv records, 0 layout transforms, all for target cuda, not llvm
+    pass --target cuda, or a log tuned for llvm
+    """
+    kinds = sorted({r.target_kind for r in log.records})
+    mine = sum(map(usable, log.records))
+    head = f"{log.source}: {what}: {missing}; {log.summary()}"
+    if log.records and not mine and kind not in kinds:
+        others = " or ".join(kinds[:3]) + (" or ..." if len(kinds) > 3 else "")  # words: one line
+        return (f"{head}, all for target {others}, not {kind}; pass --target {kinds[0]}, "
+                f"or a log tuned for {kind}")
+    if mine:
+        head += f", none of the {mine} {kind} conv records for this workload"
+    return f"{head}; {advice}"
 
 
 def _layer_label(i: int, names: Sequence[str] | None) -> str:
@@ -125,9 +156,14 @@ def layer_candidates(
     # the median of its records: the fastest of many noisy timings is biased low, and one
     # timing in a busy moment can be 2x slow.
     runs: dict[tuple, list[Record]] = {}
-    for rec in _records(records):
+    log = _read(records)
+
+    def usable(rec: Record) -> bool:
+        return rec.task_name in X86_TASKS and rec.target_kind == kind
+
+    for rec in log.records:
         key = match_key(rec.workload)
-        if rec.task_name not in X86_TASKS or rec.target_kind != kind or key not in wanted:
+        if not usable(rec) or key not in wanted:
             continue
         ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))
         runs.setdefault(ident, []).append(rec)
@@ -159,10 +195,9 @@ def layer_candidates(
         if pairs:
             out.append(sorted(pairs.values(), key=lambda c: c.time)[:k])
             continue
-        message = (f"{_layer_label(i, names)} {describe(w)}: no tuning record; "
-                   f"run `graph-tuner tune` for it or pass --fallback")
         if not fallback:
-            raise GraphTunerError(message)
+            what = f"{_layer_label(i, names)} {describe(w)}"
+            raise GraphTunerError(_why_none(log, what, kind, usable))
         warnings.warn(f"{_layer_label(i, names)} {describe(w)}: no tuning record; "
                       f"using AutoTVM's fallback schedule (time estimated at {FALLBACK_GFLOPS:g} GFLOP/s)",
                       stacklevel=2)
@@ -213,7 +248,8 @@ def best_per_workload(
     """
     kind = target_kind(target)
     best: dict[Conv2DWorkload, Record] = {}
-    for rec in _records(records):
+    log = _read(records)
+    for rec in log.records:
         if rec.target_kind != kind:
             continue
         key = match_key(rec.workload)
@@ -224,6 +260,8 @@ def best_per_workload(
     out = []
     for w in dict.fromkeys(match_key(w) for w in workloads):
         if w not in best:
-            raise GraphTunerError(f"{describe(w)}: no {kind} tuning record; run AutoTVM tuning for it")
+            raise GraphTunerError(_why_none(
+                log, describe(w), kind, lambda r: r.target_kind == kind,
+                missing=f"no {kind} tuning record", advice="run AutoTVM tuning for it"))
         out.append(best[w])
     return out

@@ -29,12 +29,12 @@ needing that block.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.fusion import residual_convs
 from graph_tuner.model import Model, Op
+from graph_tuner.record_checks import layout_block
 from kernels.workload import Conv2DWorkload
 
 # Single-input ops that compute in whatever blocked layout their input has.
@@ -95,17 +95,12 @@ def layout_name(block: int) -> str:
 
 
 def parse_layout(layout: str) -> int:
-    """The channel block of ``NCHW`` / ``NCHW{x}c``.
+    """The channel block of ``NCHW`` / ``NCHW{x}c`` (a ValueError for any other string).
 
     >>> parse_layout("NCHW"), parse_layout("NCHW16c")
     (1, 16)
     """
-    if layout == "NCHW":
-        return 1
-    m = re.fullmatch(r"NCHW(\d+)c", layout)
-    if not m:
-        raise ValueError(f"unsupported layout {layout!r}: expected NCHW or NCHW<x>c")
-    return int(m.group(1))
+    return layout_block(layout)
 
 
 def _is_4d(op: Op) -> bool:

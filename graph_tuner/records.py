@@ -13,7 +13,9 @@ where ``result = [costs, error_no, all_cost, timestamp]``. ``#`` comments and bl
 lines are skipped, typographic quotes from web pages are straightened, records with
 ``error_no != 0`` and tasks we do not know are skipped and counted. Each conv record
 becomes a :class:`Record` with a normalised :class:`~kernels.workload.Conv2DWorkload`;
-``layout_transform`` records become :class:`TransformRecord`.
+``layout_transform`` records become :class:`TransformRecord`. Every value is checked as it
+is read (:mod:`graph_tuner.record_checks`): what a :class:`RecordLog` holds is fit for the
+solver, and anything else is a one-line :class:`GraphTunerError` naming ``file:line``.
 
 Writing: :func:`format_record` writes the record's original JSON (same version, same
 content and key order) or converts v0.1 -> v0.2. The conversion changes the envelope
@@ -48,7 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from graph_tuner import record_checks as checks
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.record_checks import show
 from kernels.workload import Conv2DWorkload
 
 # Task names by template family, across TVM versions.
@@ -141,21 +145,33 @@ class RecordLog:
     skipped_error: int = 0  # measurements with error_no != 0
     unknown_tasks: Counter = field(default_factory=Counter)  # task name -> records skipped
     warnings: list[str] = field(default_factory=list)  # one per skipped bad line
+    source: str = "<records>"  # the file read, for messages
+    seen: int = 0  # records (JSON objects, dicts, Records) read, usable or not
 
     @property
     def skipped_unknown_task(self) -> int:
         return sum(self.unknown_tasks.values())
 
     def summary(self) -> str:
-        """One line for the user, e.g. ``21 conv records, 0 transforms; skipped: ...``."""
+        """One line for the user: what was read and what was skipped, and why.
+
+        >>> t = make_transform_record([1, 8, 4, 4], "NCHW", "NCHW8c", 1e-6, "llvm")
+        >>> read_records([t]).summary()
+        'read 1 records: 0 conv records, 1 layout transforms'
+        """
         parts = [f"{len(self.records)} conv records", f"{len(self.transforms)} layout transforms"]
-        skipped = [f"{self.skipped_error} failed measurements"] if self.skipped_error else []
+        skipped = []
+        if self.skipped_error:
+            skipped.append(f"{self.skipped_error} failed measurements (error_no != 0)")
         if self.unknown_tasks:
-            names = ", ".join(sorted(self.unknown_tasks))
-            skipped.append(f"{self.skipped_unknown_task} of unknown tasks ({names})")
+            names = ", ".join(n if n.isprintable() and len(n) <= 40 else show(n, 40)  # one line
+                              for n in sorted(self.unknown_tasks)[:3])
+            more = ", ..." if len(self.unknown_tasks) > 3 else ""
+            skipped.append(f"{self.skipped_unknown_task} of unknown tasks ({names}{more})")
         if self.skipped_bad:
             skipped.append(f"{self.skipped_bad} malformed")
-        return "; ".join(parts) + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        return (f"read {self.seen} records: " + ", ".join(parts)
+                + (f"; skipped {', '.join(skipped)}" if skipped else ""))
 
 
 def target_kind(target: str) -> str:
@@ -180,68 +196,93 @@ def target_cpu(target: str) -> str | None:
     return None
 
 
-class _BadRecord(ValueError):
-    """A JSON object that is not a usable AutoTVM record; the message says why."""
-
-
 def read_records(
-    source: str | os.PathLike | Iterable[str | Mapping | Record | TransformRecord],
+    source: str | os.PathLike | Iterable[str | bytes | Mapping | Record | TransformRecord],
     *,
     skip_bad_lines: bool = False,
 ) -> RecordLog:
     """Read AutoTVM records from a log file path, or from lines / dicts / records.
 
-    A ``str`` is a path. A malformed line raises :class:`GraphTunerError` naming
-    ``file:line``; with ``skip_bad_lines=True`` it is counted and a warning kept instead.
+    A ``str`` is a path; the file is read, never written. A malformed line or record
+    (not UTF-8, not JSON, not a record, or a value no measurement has: a time that is
+    not finite and positive, a ``tile_ic``/``tile_oc`` block that does not divide the
+    channels, a layout that is not ``NCHW[x]c``; see :mod:`graph_tuner.record_checks`)
+    raises :class:`GraphTunerError` naming ``file:line``; with ``skip_bad_lines=True``
+    it is counted and a warning kept instead.
 
     >>> log = read_records(["# comment", "", '{"i": ["llvm", "dense_nopack.x86", [], {}, [], '
     ...                     '{"i": 0, "c": null, "e": []}], "r": [[1e-3], 0, 0, 0], "v": 0.1}'])
     >>> len(log.records), dict(log.unknown_tasks)
     (0, {'dense_nopack.x86': 1})
     """
-    log = RecordLog()
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except OSError as e:
             raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
-        items: Iterable = text.splitlines()
+        # bytes.splitlines: the line numbers an editor shows (str.splitlines also splits
+        # at U+2028 and other separators that may sit inside a JSON string).
+        items: Iterable = data.removeprefix(b"\xef\xbb\xbf").splitlines()  # a BOM is no record
         name = str(path)
+    elif isinstance(source, (bytes, bytearray, Mapping)) or not isinstance(source, Iterable):
+        raise GraphTunerError(f"records must be a log path or an iterable of record lines, "
+                              f"dicts or records, not {type(source).__name__}")
     else:
         items, name = source, "<records>"
+    log = RecordLog(source=name)
     for lineno, item in enumerate(items, 1):
+        where = f"{name}:{lineno}"
+        if isinstance(item, (bytes, bytearray)):
+            if item.lstrip().startswith(b"#"):
+                continue  # a comment, in whatever encoding
+            try:
+                item = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad = f"not UTF-8 text: byte 0x{item[e.start]:02x} at column {e.start + 1}"
+                _bad(log, where, bad, skip_bad_lines)
+                continue
         if isinstance(item, (Record, TransformRecord)):
-            _keep(log, item)
+            log.seen += 1
+            _keep(log, item, where, skip_bad_lines)
         elif isinstance(item, Mapping):
-            _add_object(log, item, f"{name}:{lineno}", skip_bad_lines)
+            _add_object(log, item, where, skip_bad_lines)
+        elif isinstance(item, str):
+            _add_line(log, item, where, skip_bad_lines)
         else:
-            _add_line(log, item, name, lineno, skip_bad_lines)
+            got = type(item).__name__
+            _bad(log, where, f"expected a line, a dict or a record, got {got}", skip_bad_lines)
     return log
 
 
-def _keep(log: RecordLog, rec: Record | TransformRecord) -> None:
+def _keep(log: RecordLog, rec: Record | TransformRecord, where: str, skip: bool) -> None:
+    """A record built in Python passes the checks a parsed one does."""
     if rec.error_no != 0:
         log.skipped_error += 1
-    elif isinstance(rec, TransformRecord):
-        log.transforms.append(rec)
-    else:
-        log.records.append(rec)
+        return
+    try:
+        checks.measured_costs(rec.costs)
+        if isinstance(rec, TransformRecord):
+            checks.transform_key(rec.shape, rec.src_layout, rec.dst_layout)
+        elif rec.task_name in X86_TASKS:
+            checks.x86_schedule(rec.entity, rec.workload)
+    except checks.BadRecord as e:
+        return _bad(log, rec.source or where, str(e), skip)
+    (log.transforms if isinstance(rec, TransformRecord) else log.records).append(rec)
 
 
 def _bad(log: RecordLog, where: str, reason: str, skip: bool) -> None:
-    message = f"{where}: not a valid AutoTVM record ({reason}); fix the line or pass --skip-bad-lines"
     if not skip:
-        raise GraphTunerError(message)
+        raise GraphTunerError(f"{where}: not a valid AutoTVM record ({reason}); "
+                              "fix the line or pass --skip-bad-lines")
     log.skipped_bad += 1
-    log.warnings.append(message)
+    log.warnings.append(f"{where}: skipped, not a valid AutoTVM record ({reason})")
 
 
-def _add_line(log: RecordLog, line: str, name: str, lineno: int, skip: bool) -> None:
+def _add_line(log: RecordLog, line: str, where: str, skip: bool) -> None:
     text = line.translate(_TYPOGRAPHIC_QUOTES).strip()
     if not text or text.startswith("#"):
         return
-    where = f"{name}:{lineno}"
     decoder = json.JSONDecoder()
     pos = 0
     while pos < len(text):  # several records may share a line (pasted logs)
@@ -249,6 +290,10 @@ def _add_line(log: RecordLog, line: str, name: str, lineno: int, skip: bool) -> 
             obj, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             return _bad(log, where, e.msg, skip)
+        except ValueError as e:  # e.g. an integer of more digits than Python converts
+            return _bad(log, where, str(e).split(";")[0], skip)
+        except RecursionError:
+            return _bad(log, where, "JSON nested too deeply", skip)
         if not isinstance(obj, dict):
             return _bad(log, where, f"expected a JSON object, got {type(obj).__name__}", skip)
         _add_object(log, obj, where, skip)
@@ -258,6 +303,7 @@ def _add_line(log: RecordLog, line: str, name: str, lineno: int, skip: bool) -> 
 
 
 def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
+    log.seen += 1
     try:
         env = _envelope(obj)
         if env["error_no"] != 0:
@@ -268,104 +314,113 @@ def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
             log.unknown_tasks[env["task"]] += 1
         else:
             log.records.append(_conv_record(env, obj, where))
-    except _BadRecord as e:
+    except ValueError as e:  # checks.BadRecord, or a workload the kernels reject
         _bad(log, where, str(e), skip)
+    except (TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError) as e:
+        # A safety net: every shape of bad input we know has a check with its own
+        # message (tests/test_records_fuzz.py asserts none ends here).
+        _bad(log, where, f"{UNEXPECTED}: {type(e).__name__}: {show(str(e), 60)}", skip)
+
+
+UNEXPECTED = "unexpected record structure"
+
+
+def _fields(value: Any, count: int, what: str, exact: bool = True) -> Sequence:
+    if not checks.is_list(value) or len(value) < count or (exact and len(value) != count):
+        more = "" if exact else " or more"
+        raise checks.BadRecord(f"{what} {show(value)} is not a list of {count}{more}")
+    return value
+
+
+def _mapping(value: Any, keys: tuple[str, ...], what: str) -> Mapping:
+    if not isinstance(value, Mapping) or any(k not in value for k in keys):
+        names = ", ".join(map(repr, keys))
+        raise checks.BadRecord(f"{what} {show(value)} is not an object with {names}")
+    return value
 
 
 def _envelope(obj: Mapping) -> dict[str, Any]:
-    """The version-independent parts of a record, checked for shape."""
-    try:
-        if "i" in obj and "r" in obj:  # v0.1
-            target, task, args, kwargs, _workload, config = obj["i"]
-            index, entity = config["i"], config["e"]
-            version = float(obj.get("v", 0.1))
-            result = obj["r"]
-        elif "input" in obj and "result" in obj:  # v0.2
-            target, task, args, kwargs = obj["input"]
-            index, entity = obj["config"]["index"], obj["config"]["entity"]
-            version = float(obj.get("version", 0.2))
-            result = obj["result"]
-        else:
-            raise _BadRecord("neither a v0.1 ('i', 'r') nor a v0.2 ('input', 'result') record")
-        costs, error_no = result[0], result[1]
-        costs = tuple(float(c) for c in costs)
-        entity = {str(name): value for name, _kind, value in entity}
-    except _BadRecord:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise _BadRecord(f"unexpected record structure: {type(e).__name__}: {e}") from None
-    if not isinstance(task, str) or not isinstance(target, str) or not isinstance(args, list):
-        raise _BadRecord("target and task name must be strings and args a list")
-    if not costs:
-        raise _BadRecord("no measured costs")
-    return dict(target=target, task=task, args=args, kwargs=kwargs, index=int(index), entity=entity,
-                costs=costs, error_no=int(error_no), version=version)
-
-
-def _tensor(arg: Any, what: str) -> list[int]:
-    if not (isinstance(arg, list) and len(arg) == 3 and arg[0] == "TENSOR" and isinstance(arg[1], list)):
-        raise _BadRecord(f"{what} is not a [\"TENSOR\", shape, dtype] argument")
-    return [int(x) for x in arg[1]]
-
-
-def _pair(value: Any, what: str) -> tuple[int, int]:
-    if isinstance(value, int):
-        return value, value
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(x, int) for x in value):
-        return value[0], value[1]
-    raise _BadRecord(f"{what} {value!r} is not an int or a pair")
+    """The version-independent parts of a record, each checked."""
+    if "i" in obj and "r" in obj:  # v0.1
+        target, task, args, kwargs, _workload, config = _fields(obj["i"], 6, "'i'")
+        config = _mapping(config, ("i", "e"), "the config")
+        index, entity, result = config["i"], config["e"], obj["r"]
+        version, expected = obj.get("v", 0.1), 0.1
+    elif "input" in obj and "result" in obj:  # v0.2
+        target, task, args, kwargs = _fields(obj["input"], 4, "'input'")
+        config = _mapping(obj.get("config"), ("index", "entity"), "'config'")
+        index, entity, result = config["index"], config["entity"], obj["result"]
+        version, expected = obj.get("version", 0.2), 0.2
+    else:
+        raise checks.BadRecord("neither a v0.1 ('i', 'r') nor a v0.2 ('input', 'result') record")
+    if isinstance(version, bool) or version != expected:
+        # Written back as read, a bad version would reach the output log.
+        raise checks.BadRecord(f"log version {show(version)} is not {expected}, the version of "
+                               f"its {'v0.1' if expected == 0.1 else 'v0.2'} fields")
+    if not isinstance(target, str) or not target.split():
+        raise checks.BadRecord(f"target {show(target)} is not a target string such as 'llvm'")
+    if not isinstance(task, str):
+        raise checks.BadRecord(f"task name {show(task)} is not a string")
+    if not checks.is_list(args) or not isinstance(kwargs, Mapping):
+        raise checks.BadRecord("the task's args must be a list and its kwargs an object")
+    costs, error_no = _fields(result, 2, "result", exact=False)[:2]
+    error_no = checks.integer(error_no, "error_no", low=0, high=None)
+    return dict(target=target, task=task, args=args, kwargs=kwargs,
+                index=checks.integer(index, "config index", low=0, high=None),
+                entity=checks.entity_dict(entity),
+                # A failed measurement's costs are TVM's marker (1e9), not a time.
+                costs=() if error_no else checks.measured_costs(costs),
+                error_no=error_no, version=expected)
 
 
 def normalize_padding(padding: Any) -> tuple[int, int, int, int]:
-    """TVM padding forms -> ``(top, left, bottom, right)``.
+    """TVM padding forms -> ``(top, left, bottom, right)`` (a ValueError if it is none).
 
     >>> normalize_padding(1), normalize_padding([1, 2]), normalize_padding([0, 1, 2, 3])
     ((1, 1, 1, 1), (1, 2, 1, 2), (0, 1, 2, 3))
     """
-    if isinstance(padding, int):
-        return (padding,) * 4
-    if isinstance(padding, (list, tuple)) and all(isinstance(x, int) for x in padding):
-        if len(padding) == 2:
-            return padding[0], padding[1], padding[0], padding[1]
-        if len(padding) == 4:
-            return tuple(padding)  # type: ignore[return-value]
-    raise ValueError(f"padding {padding!r} is not an int, [pad_h, pad_w] or [top, left, bottom, right]")
+    return checks.padding4(padding)
 
 
-def _conv_workload(task: str, args: list) -> Conv2DWorkload:
+def _conv_workload(task: str, args: Sequence) -> Conv2DWorkload:
     """Normalise a conv task's argument list (any TVM version) to a workload."""
     if len(args) < 4:
-        raise _BadRecord(f"{task} needs at least data, kernel, strides, padding; got {len(args)} arguments")
-    data = _tensor(args[0], "data")
-    kernel = _tensor(args[1], "kernel")
+        raise checks.BadRecord(f"{task} needs at least data, kernel, strides, padding; "
+                               f"got {len(args)} arguments")
+    data = checks.tensor_shape(args[0], "data")
+    kernel = checks.tensor_shape(args[1], "kernel")
     rest = args[2:]
-    if len(args) == 9 and isinstance(rest[0], int) and isinstance(rest[1], list):
+    if len(args) == 9 and isinstance(rest[0], int) and checks.is_list(rest[1]):
         # 2018 RFC: data, kernel, num_filter, kernel_size, strides, padding, layout, out_layout, dtype
         strides, padding, dilation, rest = rest[2], rest[3], [1, 1], rest[4:]
     else:  # TVM >= 0.6: data, kernel, strides, padding, dilation, [groups], [layouts], dtype
         strides, padding = rest[0], rest[1]
-        has_dilation = len(rest) > 2 and isinstance(rest[2], (int, list))
+        has_dilation = len(rest) > 2 and isinstance(rest[2], (int, list, tuple))
         dilation = rest[2] if has_dilation else [1, 1]
         rest = rest[3:] if has_dilation else rest[2:]
     strings = [a for a in rest if isinstance(a, str)]
     layout = strings[0] if len(strings) > 1 else "NCHW"  # a lone string is the dtype
     out_dtype = strings[-1] if strings else "float32"
-    if task in DEPTHWISE_TASKS and len(kernel) == 4:
+    if task in DEPTHWISE_TASKS:
         # Depthwise kernels are [C, multiplier, kh, kw]; as OIHW that is [C * m, 1, kh, kw].
-        kernel = [kernel[0] * kernel[1], 1, kernel[2], kernel[3]]
-    try:
-        groups = data[1] // kernel[1] if len(data) == 4 and len(kernel) == 4 and kernel[1] else 0
-        return Conv2DWorkload(
-            tuple(data), tuple(kernel), _pair(strides, "strides"), normalize_padding(padding),
-            _pair(dilation, "dilation"), groups, layout, out_dtype,
-        )
-    except ValueError as e:
-        raise _BadRecord(str(e)) from None
+        kernel = (kernel[0] * kernel[1], 1, kernel[2], kernel[3])
+    if data[1] % kernel[1]:
+        raise checks.BadRecord(f"kernel {list(kernel)} does not fit the {data[1]} channels "
+                               f"of data {list(data)}")
+    w = Conv2DWorkload(data, kernel, checks.pair(strides, "strides"), checks.padding4(padding),
+                       checks.pair(dilation, "dilation"), data[1] // kernel[1], layout, out_dtype)
+    if w.out_height < 1 or w.out_width < 1:
+        raise checks.BadRecord(f"kernel {list(kernel)} does not fit the padded data "
+                               f"{list(data)}: no output")
+    return w
 
 
 def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
+    workload = _conv_workload(env["task"], env["args"])
+    if env["task"] in X86_TASKS:
+        checks.x86_schedule(env["entity"], workload)
     return Record(
-        target=env["target"], task_name=env["task"], workload=_conv_workload(env["task"], env["args"]),
+        target=env["target"], task_name=env["task"], workload=workload,
         config_index=env["index"], entity=env["entity"], costs=env["costs"], error_no=env["error_no"],
         version=env["version"], source=where, raw=dict(obj),
     )
@@ -373,12 +428,14 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
 
 def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
     args = env["args"]
-    if len(args) != 3 or not all(isinstance(a, str) for a in args[1:]):
-        raise _BadRecord("layout_transform needs [tensor, src_layout, dst_layout] arguments")
+    if len(args) != 3:
+        raise checks.BadRecord("layout_transform needs [tensor, src_layout, dst_layout] arguments")
+    shape = checks.tensor_shape(args[0], "layout_transform input", ranks=(4, 5))
+    checks.transform_key(shape, args[1], args[2])
     return TransformRecord(
-        target=env["target"], shape=tuple(_tensor(args[0], "layout_transform input")),
-        src_layout=args[1], dst_layout=args[2], costs=env["costs"], error_no=env["error_no"],
-        version=env["version"], source=where, raw=dict(obj),
+        target=env["target"], shape=shape, src_layout=args[1], dst_layout=args[2],
+        costs=env["costs"], error_no=env["error_no"], version=env["version"], source=where,
+        raw=dict(obj),
     )
 
 

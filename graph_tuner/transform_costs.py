@@ -20,8 +20,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from graph_tuner import record_checks as checks
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.layout_flow import layout_name, parse_layout
+from graph_tuner.layout_flow import layout_name
+from graph_tuner.record_checks import transform_key
 
 Key = tuple[tuple[int, int, int, int], int, int]
 
@@ -62,13 +64,18 @@ class TransformCosts:
 
     def load_records(self, records: Iterable) -> int:
         """Add AutoTVM ``layout_transform`` records (objects with ``shape``, ``src_layout``,
-        ``dst_layout``, ``time``); the shape is the source tensor's, in its own layout."""
+        ``dst_layout``, ``time``); the shape is the source tensor's, NCHW or in its own
+        layout. :func:`graph_tuner.records.read_records` has checked the ones it read; this
+        checks again for records made some other way, since what is added here is solved on."""
         n = 0
         for r in records:
-            src, dst = parse_layout(r.src_layout), parse_layout(r.dst_layout)
-            shape = list(r.shape)
-            if len(shape) == 5:  # NCHW[x]c -> NCHW
-                shape = [shape[0], shape[1] * shape[4], shape[2], shape[3]]
+            try:
+                shape, src, dst = transform_key(r.shape, r.src_layout, r.dst_layout)
+                checks.measured_costs([r.time])
+            except checks.BadRecord as e:
+                where = getattr(r, "source", "") or "a layout_transform record"
+                raise GraphTunerError(f"{where}: not a usable layout_transform record ({e}); "
+                                      "fix or drop it") from None
             self.add(shape, src, dst, r.time)
             n += 1
         return n
@@ -111,7 +118,8 @@ class TransformCosts:
             from kernels.transform_bench import load_cached
 
             for (shape, a, b), secs in load_cached(self.missing(keys)).items():
-                self.add(shape, a, b, secs)
+                if math.isfinite(secs) and secs > 0:  # a cache file is edited by hand too
+                    self.add(shape, a, b, secs)
         if estimate and self.missing(keys):
             say(str(self.estimate_missing(keys)))
         missing = self.missing(keys)

@@ -115,8 +115,10 @@ def test_missing_layer_error_names_layer_and_workload():
     with pytest.raises(GraphTunerError) as e:
         layer_candidates(layers, log, names=["a", "b", "c", "stage1_unit1_conv1"])
     assert str(e.value) == (
-        "layer 3 'stage1_unit1_conv1' conv2d data [1,64,56,56] kernel [64,64,3,3] stride [1,1] "
-        "pad [1,1,1,1]: no tuning record; run `graph-tuner tune` for it or pass --fallback")
+        "<records>: layer 3 'stage1_unit1_conv1' conv2d data [1,64,56,56] kernel [64,64,3,3] "
+        "stride [1,1] pad [1,1,1,1]: no tuning record; read 1 records: 1 conv records, "
+        "0 layout transforms, none of the 1 llvm conv records for this workload; "
+        "tune it (`graph-tuner tune MODEL -o LOG`) or pass --fallback")
 
 
 def test_other_targets_do_not_count_as_records():

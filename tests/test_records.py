@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,9 @@ def test_rfc_2018_format_normalised():
 def _v01(task="topi_x86_conv2d_NCHWc", args=None, error_no=0, costs=(1e-3,)):
     args = args or [["TENSOR", [1, 8, 8, 8], "float32"], ["TENSOR", [8, 8, 3, 3], "float32"],
                     [1, 1], [1, 1, 1, 1], [1, 1], "NCHW", "float32"]
-    return json.dumps({"i": ["llvm", task, args, {}, [], {"i": 0, "c": None, "e": []}],
+    entity = [["tile_ic", "sp", [-1, 8]], ["tile_oc", "sp", [-1, 8]], ["tile_ow", "sp", [-1, 8]],
+              ["unroll_kw", "ot", True]]
+    return json.dumps({"i": ["llvm", task, args, {}, [], {"i": 0, "c": None, "e": entity}],
                        "r": [list(costs), error_no, 1.0, 0.0], "v": 0.1})
 
 
@@ -231,3 +234,102 @@ def test_a_records_time_is_the_median_of_its_costs():
     rec = make_conv2d_record(w, {"tile_ic": [-1, 8], "tile_oc": [-1, 8], "tile_ow": [-1, 4]}, 0,
                              [1e-3, 5e-3, 1e-3], "llvm")
     assert read_records([rec]).records[0].time == pytest.approx(1e-3)
+
+
+# --- what enters: every value is checked where it is read (issue 20) -------------------------
+# The bad-record classes, each through `graph-tuner solve`, are in tests/test_cli_bad_logs.py;
+# random and mutated input in tests/test_records_fuzz.py.
+
+
+def test_records_built_in_python_pass_the_same_checks():
+    rec = read_records([GOOD_V02]).records[0]
+    zero = dataclasses.replace(rec, costs=(0.0,), source="")
+    with pytest.raises(GraphTunerError, match=r"^<records>:2: .*cost 0.0 is not a measured time"):
+        read_records([rec, zero])
+    wide = dataclasses.replace(rec, entity={**rec.entity, "tile_oc": [-1, 3]})
+    log = read_records([rec, wide, zero], skip_bad_lines=True)
+    assert log.records == [rec] and log.skipped_bad == 2
+    assert "tile_oc block 3 does not divide the 8 output channels" in log.warnings[0]
+    # a failed measurement built in Python is skipped like a read one
+    assert read_records([dataclasses.replace(rec, error_no=1, costs=(1e9,))]).skipped_error == 1
+
+
+def test_bytes_lines_a_bom_and_comments_in_any_encoding(tmp_path):
+    path = tmp_path / "r.log"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD_V02.encode() + b"\r\n# caf\xe9 latin-1\r\n" + GOOD_V02.encode())
+    assert len(read_records(path).records) == 2
+    assert len(read_records([GOOD_V02.encode(), b"  # \xff"]).records) == 1
+    with pytest.raises(GraphTunerError, match=r"^<records>:2: .*not UTF-8 text: byte 0xff at column 1\)"):
+        read_records([GOOD_V02.encode(), b"\xff" + GOOD_V02.encode()])
+
+
+def test_line_numbers_are_an_editors(tmp_path):
+    # U+2028 inside a JSON string is text, not a line break (str.splitlines would split there)
+    path = tmp_path / "r.log"
+    path.write_text(GOOD_V02.replace('"llvm"', '"llvm \u2028"') + "\n" + "{bad\n", encoding="utf-8")
+    with pytest.raises(GraphTunerError, match=r"r.log:2: not a valid AutoTVM record"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("source", [None, 42, 1.5, b"bytes", {"input": []}])
+def test_records_of_the_wrong_type_are_a_user_error(source):
+    with pytest.raises(GraphTunerError, match="records must be a log path or an iterable"):
+        read_records(source)
+
+
+def test_a_failed_measurement_is_skipped_whatever_its_cost():
+    d = json.loads(GOOD_V02)
+    d["result"][:2] = [[1e9], 2]  # TVM's marker
+    log = read_records([json.dumps(d)])
+    assert log.records == [] and log.skipped_error == 1 and log.skipped_bad == 0
+    assert log.summary() == "read 1 records: 0 conv records, 0 layout transforms; " \
+                            "skipped 1 failed measurements (error_no != 0)"
+
+
+def test_unknown_task_names_stay_on_one_line():
+    d = json.loads(GOOD_V02)
+    d["input"][1] = "evil\ntask"
+    assert "'evil\\ntask'" in read_records([json.dumps(d)]).summary()
+
+
+def test_transform_costs_take_only_usable_transform_records():
+    from types import SimpleNamespace
+
+    from graph_tuner.transform_costs import TransformCosts
+
+    costs = TransformCosts()
+    good = SimpleNamespace(shape=(1, 2, 4, 4, 8), src_layout="NCHW8c", dst_layout="NCHW", time=1e-6)
+    assert costs.load_records([good]) == 1 and costs.get((1, 16, 4, 4), 8, 1) == 1e-6
+    for bad in (dict(time=0.0), dict(time=math.nan), dict(dst_layout="NCHW3c"), dict(src_layout="NCHW")):
+        record = SimpleNamespace(**{**vars(good), **bad}, source="t.log:7")
+        with pytest.raises(GraphTunerError, match=r"^t.log:7: not a usable layout_transform record"):
+            TransformCosts().load_records([record])
+
+
+def test_cached_transform_times_that_are_no_time_are_measured_again(tmp_path, monkeypatch):
+    from graph_tuner.transform_costs import TransformCosts
+    from kernels import transform_bench
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path))
+    keys = [((1, 8, 4, 4), 1, 8), ((1, 8, 4, 4), 8, 1), ((1, 8, 4, 4), 1, 4)]
+    transform_bench._write(transform_bench.cache_path(), dict(zip(keys, [2e-6, 0.0, math.nan])))
+    costs = TransformCosts()
+    costs.fill(keys, measure=False)
+    assert costs.seconds == {keys[0]: 2e-6} and costs.missing(keys) == keys[1:]
+
+
+@pytest.mark.parametrize("layout", ["NCHW0c", "NCHW016c", "NHWC", "nchw", "NCHW8c ", ""])
+def test_layouts_are_nchw_or_nchw_block_c(layout):
+    from graph_tuner.layout_flow import parse_layout
+
+    with pytest.raises(ValueError, match="is not NCHW or NCHW<n>c"):
+        parse_layout(layout)
+
+
+def test_apply_records_rejects_a_malformed_log(tmp_path):
+    from graph_tuner.api import apply_records
+
+    path = tmp_path / "opt.log"
+    path.write_text(GOOD_V02.replace("[0.0001]", "[NaN]") + "\n")
+    with pytest.raises(GraphTunerError, match=r"opt.log:1: .*cost nan is not a measured time"):
+        apply_records("resnet-18", path)
