@@ -99,9 +99,9 @@ class GraphTuner:
         self.transforms.fill(self.required_transforms(), progress=progress)
         return before - len(self.missing_transforms())
 
-    def load_transform_records(self, source) -> int:
+    def load_transform_records(self, source, skip_bad_lines: bool = False) -> int:
         """Read AutoTVM ``layout_transform`` records (a path or an already-read log)."""
-        log = source if hasattr(source, "transforms") else read_records(source)
+        log = source if hasattr(source, "transforms") else read_records(source, skip_bad_lines=skip_bad_lines)
         return self.transforms.load_records(log.transforms)
 
     def estimate_transforms(self) -> EstimateReport:
@@ -224,6 +224,10 @@ def apply_records(
                 f"{cand.describe(w)}; the log was written for another model"
             )
         config = entity_config(rec.entity)
+        if w.is_depthwise and config.ic_bn != config.oc_bn:  # a depthwise channel reads and writes one block
+            raise GraphTunerError(f"{rec.source}: record {i} (layer '{op.name}', depthwise) reads blocks of "
+                                  f"{config.ic_bn} and writes blocks of {config.oc_bn}; our depthwise kernels need "
+                                  "one block: solve the tuning log again with `graph-tuner solve`")
         chosen[op.name] = [cand.Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config)]
     flow = analyse(m)
     costs = transforms or TransformCosts()

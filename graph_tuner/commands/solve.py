@@ -93,7 +93,7 @@ def _transform_costs(gt, args) -> None:
     if args.transform_records:
         if not Path(args.transform_records).exists():
             raise GraphTunerError(f"{args.transform_records}: no such file")
-        n = gt.load_transform_records(args.transform_records)
+        n = gt.load_transform_records(args.transform_records, skip_bad_lines=args.skip_bad_lines)
         print(f"read {n} layout-transform records from {args.transform_records}")
     own = not args.transform_records
     gt.transforms.fill(gt.required_transforms(), cache=own, measure=own, estimate=args.estimate_transforms,
