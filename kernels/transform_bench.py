@@ -6,11 +6,15 @@ transform is compiled for its shape (the codegen bakes shapes into the kernel; a
 compile takes ~0.05-0.2 s) and timed with :func:`kernels.timing.measure` on
 random-filled buffers, with cold caches and a warm source (:func:`time_transform`).
 
-The cache is one JSON file per CPU and timing protocol -- ``transforms-<protocol>-<cpu
-name>-<hash of its LLVM feature string>.json`` in ``$GRAPH_TUNER_CACHE_DIR`` or ``~/.cache/graph-tuner`` -- rewritten
-whole (temp file + ``os.replace``) after every new timing, merged with what is on disk
-at that moment, so a concurrent run reading or writing it never sees a partial file
-and a killed run keeps what it measured.
+The cache is one JSON Lines file per CPU and timing protocol -- ``transforms-<protocol>-<cpu
+name>-<hash of its LLVM feature string>.jsonl`` in ``$GRAPH_TUNER_CACHE_DIR`` or
+``~/.cache/graph-tuner`` -- one ``[shape, src, dst, seconds]`` line per timing, appended
+(one ``write`` in append mode) the moment it is measured: a killed run keeps what it
+measured and leaves at most a partial last line, concurrent runs add whole lines, and
+no temp file is ever made (the whole-file rewrites this replaced left a ``.*.tmp``
+behind at every kill; :func:`sweep_stale_temps` removes those). Lines that are not
+timings are skipped: a corrupt cache is only a cache. The ``.json`` file of that
+rewriting version is still read.
 
 >>> import tempfile
 >>> folder = tempfile.mkdtemp()
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import tempfile
+import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterable
 
-__all__ = ["Key", "cache_path", "load_cached", "measure_transforms", "normalize_key", "time_transform"]
+__all__ = ["Key", "cache_path", "load_cached", "measure_transforms", "normalize_key",
+           "sweep_stale_temps", "time_transform"]
 
 Key = tuple[tuple[int, int, int, int], int, int]
 # Bumped whenever time_transform measures differently: timings of another protocol are
@@ -61,7 +68,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
 
     >>> from kernels.jit import HostCPU
     >>> cache_path("/c", HostCPU("skylake-avx512", "+avx512f,+fma", 16)).name
-    'transforms-v3-skylake-avx512-0a00853d8370.json'
+    'transforms-v3-skylake-avx512-0a00853d8370.jsonl'
     """
     if cpu is None:
         from kernels.jit import host_cpu
@@ -69,30 +76,68 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
         cpu = host_cpu()
     folder = Path(cache_dir or os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")
     digest = hashlib.sha256(cpu.features.encode()).hexdigest()[:12]
-    return folder / f"transforms-{PROTOCOL}-{cpu.name}-{digest}.json"
+    return folder / f"transforms-{PROTOCOL}-{cpu.name}-{digest}.jsonl"
 
 
 def _read(path: Path) -> dict[Key, float]:
-    try:
-        doc = json.loads(path.read_text())
-        return {normalize_key((shape, a, b)): float(s) for shape, a, b, s in doc["transforms"]}
-    except FileNotFoundError:
-        return {}
-    except (ValueError, KeyError, TypeError):
-        return {}  # a corrupt cache is only a cache: measure again and rewrite it
+    """The timings in a cache file and in the ``.json`` the rewriting version kept beside
+    it (one ``{"transforms": [...]}`` document); later lines win. Anything that is not a
+    timing is skipped, an unreadable file is an empty cache: a cache is only a cache."""
+    out: dict[Key, float] = {}
+    for file in (path.with_suffix(".json"), path):
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                item = json.loads(line)
+                entries = item["transforms"] if isinstance(item, dict) else [item]
+            except (ValueError, KeyError, TypeError):
+                continue
+            for entry in entries if isinstance(entries, list) else []:
+                try:
+                    shape, a, b, s = entry
+                    key, seconds = normalize_key((shape, a, b)), float(s)
+                except (ValueError, TypeError):
+                    continue
+                if seconds > 0 and math.isfinite(seconds):
+                    out[key] = seconds
+    return out
 
 
-def _write(path: Path, timings: dict[Key, float]) -> None:
+def _append(path: Path, key: Key, seconds: float) -> None:
+    """Add one timing to the cache file as one line, in one ``write`` in append mode, so
+    lines of concurrent runs do not mix. After a partial last line (a killed writer) it
+    starts a new line, so only that partial line is lost."""
+    shape, a, b = key
+    line = json.dumps([list(shape), a, b, seconds]) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"transforms": [[list(shape), a, b, s] for (shape, a, b), s in sorted(timings.items())]}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def sweep_stale_temps(folder: str | os.PathLike, max_age_s: float = 3600.0) -> int:
+    """Remove the ``.transforms-*.tmp`` files that runs killed mid-rewrite left in the cache
+    folder (versions before the append-only cache rewrote it through a temp file after
+    every timing). Only those untouched for ``max_age_s``: a live writer held its temp file
+    for milliseconds. Returns how many were removed."""
+    removed = 0
+    now = time.time()
+    for tmp in Path(folder).glob(".transforms-*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > max_age_s:
+                tmp.unlink()
+                removed += 1
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+    return removed
 
 
 def load_cached(keys: Iterable, *, cache_dir: str | os.PathLike | None = None) -> dict[Key, float]:
@@ -131,18 +176,36 @@ def measure_transforms(
     progress: bool = True,
     *,
     cache_dir: str | os.PathLike | None = None,
-    measure_one: Callable[[Key], float] = time_transform,
+    measure_one: Callable[[Key], float] | None = None,
+    callback: Callable[[Key, float], object] | None = None,
 ) -> dict[Key, float]:
-    """Seconds for every key: cached values, the rest measured (``measure_one``) and cached."""
+    """Seconds for every key: cached values, the rest measured (``measure_one``, default
+    :func:`time_transform`) and each added to the cache the moment it is measured.
+    ``callback(key, seconds)`` gets every key's timing as soon as it is known (cached ones
+    first), so a caller can keep it before the next one is measured."""
     from tqdm import tqdm
 
+    measure_one = measure_one or time_transform
     wanted = list(dict.fromkeys(normalize_key(k) for k in keys))
     out = load_cached(wanted, cache_dir=cache_dir)
+    for key in wanted:
+        if key in out and callback is not None:
+            callback(key, out[key])
     missing = [k for k in wanted if k not in out]
     path = cache_path(cache_dir)
+    if missing:
+        sweep_stale_temps(path.parent)
+    caching = True
     for key in tqdm(missing, desc="layout transforms", unit="transform", disable=not progress or not missing):
         out[key] = float(measure_one(key))
-        merged = _read(path)  # another run may have added timings meanwhile: keep them
-        merged[key] = out[key]
-        _write(path, merged)
+        try:
+            if caching:
+                _append(path, key, out[key])
+        except OSError as e:  # a cache is only a cache: measure on, say so once
+            caching = False
+            warnings.warn(f"{path.parent}: cannot write the layout-transform cache "
+                          f"({e.strerror}); timings are not cached (set GRAPH_TUNER_CACHE_DIR to a "
+                          f"writable folder)", stacklevel=2)
+        if callback is not None:
+            callback(key, out[key])
     return {k: out[k] for k in wanted}
