@@ -11,7 +11,11 @@ else) and TVM's cost ``[1e9]``, so that a rerun does not retry them.
 
 Resume: a rerun reads the log first; configs already logged for a workload (same
 target, task and arguments; identified by config index) are not measured again and
-count toward ``trials``. A partial last line left by a kill is cut off first.
+count toward ``trials``; a finalist's records after its first are its re-timings, and
+only the missing ones are made; logged transforms are not measured again. So a rerun
+after a kill at any point ends with what the unkilled run would have logged. A partial
+last line left by a kill is cut off first -- but only once the file is known to be a
+log (:func:`check_log`): a file that is not one is refused and left untouched.
 
 Time budget: split evenly across the workloads still to tune, each getting the
 remaining time divided by the number left, so time one workload does not use passes
@@ -19,7 +23,8 @@ on to the next. It bounds the conv search only; the layout-transform benchmark r
 after it (cached per CPU by :mod:`kernels.transform_bench`).
 
 Finally the layout transforms the model can need are measured and appended as
-``layout_transform`` records (:func:`transform_keys`), so one log carries both.
+``layout_transform`` records (:func:`transform_keys`), each the moment it is measured,
+so one log carries both.
 
 >>> import tempfile, os
 >>> log = os.path.join(tempfile.mkdtemp(), "tiny.log")
@@ -38,6 +43,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -69,13 +75,93 @@ def conv_input_key(workload: Conv2DWorkload, target: str) -> str:
     return _input_key(make_conv2d_record(workload, [], 0, [1.0], target, timestamp=0.0)["input"])
 
 
+# How far into a file to look for its first line: a record line is ~600 bytes, a model
+# file may be gigabytes without a newline.
+_HEAD_LIMIT = 1 << 20
+
+
+def _is_record(text: str) -> bool:
+    """Whether a line starts with a JSON object that is an AutoTVM record (v0.2 or v0.1)."""
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and ({"input", "result"} <= obj.keys() or {"i", "r"} <= obj.keys())
+
+
+def _torn_record(text: str) -> bool:
+    """Whether an unfinished last line is the start of a record (a kill mid-write): ours
+    and TVM's begin ``{"input"`` (v0.1: ``{"i"``)."""
+    return any(text.startswith(p) or p.startswith(text) for p in ('{"input"', '{"i"'))
+
+
+def log_problem(path: str | os.PathLike) -> str | None:
+    """Why the existing file at ``path`` is not an AutoTVM log we may append to, or None.
+
+    A log is empty, or its first line that is not blank or a ``#`` comment is a JSON
+    record -- or the start of one, if that line is also the last and unfinished (a run
+    killed while writing its first record). Only the head of the file is read.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x")
+    >>> rec = '{"input": ["llvm"], "config": {}, "result": [[1], 0, 0, 0]}'
+    >>> _ = open(p, "w").write("# tuned\\n\\n" + rec + "\\n")
+    >>> log_problem(p) is None
+    True
+    >>> _ = open(p, "wb").write(b"\\x08\\x07\\x12\\x0bonnx")
+    >>> log_problem(p)
+    'line 1 is not a JSON record'
+    """
+    with open(path, "rb") as f:
+        for lineno in range(1, 1 << 30):
+            raw = f.readline(_HEAD_LIMIT)
+            if not raw:
+                return None  # empty, or comments and blank lines only
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                return f"line {lineno} is not a JSON record"
+            finished = raw.endswith(b"\n")
+            if not finished and len(raw) >= _HEAD_LIMIT:
+                return f"line {lineno} is not a JSON record"
+            if text and not text.startswith("#"):
+                if _is_record(text) or (not finished and _torn_record(text)):
+                    return None
+                return f"line {lineno} is not a JSON record"
+    return None
+
+
+def check_log(path: str | os.PathLike) -> Path:
+    """Make sure ``path`` can be appended to as a tuning log without damaging anything;
+    touches nothing. A missing file is fine (it will be created, and its missing folders);
+    a directory, a special file, or a file that is not already an AutoTVM log
+    (:func:`log_problem`: a model, a plan, any other text) is a :class:`GraphTunerError`."""
+    path = Path(path)
+    if path.is_dir():
+        raise GraphTunerError(f"{path}: is a directory, not a tuning log; name a log file for -o")
+    if path.exists() and not path.is_file():
+        raise GraphTunerError(f"{path}: is not a regular file; name a log file for -o")
+    if path.exists():
+        try:
+            problem = log_problem(path)
+        except OSError as e:
+            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); "
+                                  f"choose another -o") from None
+        if problem:
+            raise GraphTunerError(f"{path}: not an AutoTVM tuning log ({problem}); left as it is; "
+                                  f"name a new or existing log file for -o")
+    return path
+
+
 def repair_tail(path: str | os.PathLike) -> bool:
     """Cut a partial last line (a kill mid-write) off a log; True if anything was cut.
 
-    A last line without its newline is kept (newline added) if it is a complete JSON
-    object, else removed.
+    Only a log (:func:`check_log`, else :class:`GraphTunerError` and nothing changes) is
+    repaired, and only its last line, if it has no newline: a complete JSON value is
+    kept (newline added), the unfinished start of a record is cut, anything else (a
+    comment, a line someone typed) is kept and gets its newline: not ours to delete.
     """
-    path = Path(path)
+    path = check_log(path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -83,47 +169,63 @@ def repair_tail(path: str | os.PathLike) -> bool:
     if not data or data.endswith(b"\n"):
         return False
     cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
+    tail = data[cut:].decode("utf-8", errors="replace").strip()
     try:
         json.loads(tail)
-        keep = data + b"\n"
+        torn = False
     except ValueError:
-        keep = data[:cut]
+        torn = tail.startswith("{")
     with open(path, "r+b") as f:
-        f.seek(cut)
-        f.write(keep[cut:])
-        f.truncate(len(keep))
-    return len(keep) == cut
+        if torn:
+            f.truncate(cut)
+        else:
+            f.seek(len(data))
+            f.write(b"\n")
+    return torn
 
 
-def logged(path: str | os.PathLike, target: str) -> tuple[dict[str, dict[int, float | None]], set[str]]:
-    """What a log already holds for ``target``: conv input key -> {config index: seconds or None
-    (failed)}, and the input keys of its layout-transform records. Lines that are not
-    records are ignored here (reading the log for solving reports them)."""
-    convs: dict[str, dict[int, float | None]] = {}
-    transforms: set[str] = set()
+@dataclass
+class LogState:
+    """What a log already holds for one target (:func:`logged`)."""
+
+    # conv input key -> {config index: seconds of its first successful record (None: failed)}
+    convs: dict[str, dict[int, float | None]] = field(default_factory=dict)
+    # conv input key -> {config index: records of it (its search measurement + re-timings)}
+    counts: dict[str, Counter] = field(default_factory=dict)
+    transforms: set[str] = field(default_factory=set)  # input keys of layout-transform records
+
+    def retimed(self, key: str) -> dict[int, int]:
+        """Re-timings logged per config of a workload: its records after the first."""
+        return {i: n - 1 for i, n in self.counts.get(key, {}).items() if n > 1}
+
+
+def logged(path: str | os.PathLike, target: str) -> LogState:
+    """What a log already holds for ``target``. Lines that are not records are ignored
+    here (reading the log for solving reports them)."""
+    state = LogState()
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
-        return convs, transforms
+        return state
     for line in lines:
         try:
             obj = json.loads(line)
-            inp, index, result = obj["input"], obj["config"]["index"], obj["result"]
+            inp, index, result = obj["input"], int(obj["config"]["index"]), obj["result"]
             if inp[0] != target:
                 continue
             key = _input_key(inp)
             if inp[1] == LAYOUT_TRANSFORM_TASK:
-                transforms.add(key)
+                state.transforms.add(key)
                 continue
             ok = result[1] == 0 and result[0]
             seconds = sum(result[0]) / len(result[0]) if ok else None
         except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
             continue
-        runs = convs.setdefault(key, {})
-        if runs.get(int(index)) is None:  # a success beats an earlier failure of the same config
-            runs[int(index)] = seconds
-    return convs, transforms
+        runs = state.convs.setdefault(key, {})
+        if runs.get(index) is None:  # a success beats an earlier failure of the same config
+            runs[index] = seconds
+        state.counts.setdefault(key, Counter())[index] += 1
+    return state
 
 
 @dataclass
@@ -154,11 +256,41 @@ class WorkloadSummary:
 
 
 def _open_log(path: Path):
+    """The log opened for appending (missing folders created, as `solve -o` does)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open(path, "a", encoding="utf-8")
     except OSError as e:
         raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
+
+
+def prepare_log(path: str | os.PathLike) -> Path:
+    """Check that ``path`` is a log (or new) and writable, before any measuring; then cut a
+    partial last line a killed run left. Raises :class:`GraphTunerError` with the file
+    untouched if it is anything else."""
+    path = check_log(path)
+    with _open_log(path):
+        pass  # fail now (unwritable), not after hours of tuning
+    repair_tail(path)
+    return path
+
+
+def check_cache() -> None:
+    """Fail early, in one line, if the layout-transform cache cannot be written
+    (``GRAPH_TUNER_CACHE_DIR`` naming a file, or an unwritable folder)."""
+    from kernels.transform_bench import cache_path
+
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
+        where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(path.parent)
+        raise GraphTunerError(f"{where}: cannot write the layout-transform cache {path.name} there "
+                              f"({e.strerror}); set GRAPH_TUNER_CACHE_DIR to a writable folder"
+                              ) from None
 
 
 def tune_workloads(
@@ -171,6 +303,7 @@ def tune_workloads(
     progress: bool = True,
     transforms: bool = True,
     transform_shapes: Iterable[tuple[int, int, int, int]] | None = None,
+    measure_transform: Callable | None = None,
     print_fn: Callable[[str], object] = lambda s: None,
     confirm: int = 20,
 ) -> list[WorkloadSummary]:
@@ -181,11 +314,17 @@ def tune_workloads(
     timing logged: the graph tuner takes the median of a config's records, which undoes the
     winner's curse of keeping the fastest of many noisy timings.
 
+    A rerun after a kill at any point ends with the log the unkilled run would have
+    written: the search resumes as it would have gone on (:func:`kernels.tuner.tune`), the
+    finalists are chosen from the search timings (each config's first record), a
+    finalist's logged records after its first count as its re-timings and only missing
+    ones are made, and transforms already logged are not measured again.
+
     ``measure`` is the tuner's measuring function (default: compile and time for real).
     With ``transforms``, the layout transforms of ``transform_shapes`` (default: the
-    workloads' input shapes) between the blocks of the tuned records are measured and
-    their records appended (:func:`append_transforms`). ``print_fn`` gets one summary
-    line per workload.
+    workloads' input shapes) between the blocks of the tuned records are measured
+    (``measure_transform``, default: for real) and their records appended
+    (:func:`append_transforms`). ``print_fn`` gets one summary line per workload.
     """
     from tqdm import tqdm
 
@@ -195,19 +334,18 @@ def tune_workloads(
         raise GraphTunerError(f"--trials must be >= 1, got {trials}")
     if time_budget is not None and not time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
-    path = Path(log_path)
+    path = prepare_log(log_path)
+    if transforms:
+        check_cache()
     target = host_target()
-    with _open_log(path):
-        pass  # fail early (unwritable path) before any tuning
-    repair_tail(path)
-    done, _ = logged(path, target)
+    state = logged(path, target)
     start = time.perf_counter()
     summaries = []
     n = len(workloads)
     with _open_log(path) as log:
         for i, (w, count) in enumerate(workloads, 1):
             key = conv_input_key(w, target)
-            previous = done.get(key, {})
+            previous = state.convs.get(key, {})
             budget = None
             if time_budget is not None:
                 budget = max((time_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
@@ -242,7 +380,7 @@ def tune_workloads(
             t0 = time.perf_counter()
             try:
                 tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure,
-                     confirm=confirm)
+                     confirm=confirm, retimed=state.retimed(key))
             finally:
                 bar.close()
             summary.wall_seconds = time.perf_counter() - t0
@@ -251,7 +389,7 @@ def tune_workloads(
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
         keys = transform_keys(shapes, read_records(path, skip_bad_lines=True).records, target)
-        added = append_transforms(path, keys, target, progress=progress)
+        added = append_transforms(path, keys, target, progress=progress, measure=measure_transform)
         print_fn(f"layout transforms: {len(keys)} needed, {added} new records")
     return summaries
 
@@ -287,7 +425,7 @@ def retime_workloads(
     target = host_target()
     if not path.exists():
         raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
-    repair_tail(path)
+    prepare_log(path)
     records = [r for r in read_records(path, skip_bad_lines=True).records
                if getattr(r, "target", None) == target]
     for w, _ in workloads:
@@ -386,12 +524,13 @@ def transform_keys(shapes: Iterable[Sequence[int]], records: Iterable, target: s
 def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
                       measure: Callable | None = None) -> int:
     """Measure (or take from the per-CPU cache) ``keys`` and append a ``layout_transform``
-    record for each not already in the log for ``target``; returns how many were appended."""
+    record for each not already in the log for ``target``, each written and flushed the
+    moment its timing is known (a killed run keeps what it measured); returns how many
+    were appended."""
     from kernels.transform_bench import measure_transforms, normalize_key
 
-    path = Path(log_path)
-    repair_tail(path)
-    _, present = logged(path, target)
+    path = prepare_log(log_path)
+    present = logged(path, target).transforms
     wanted = []
     for key in keys:
         shape, a, b = normalize_key(key)
@@ -400,17 +539,19 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
             wanted.append((shape, a, b))
     if not wanted:
         return 0
-    kwargs = {"measure_one": measure} if measure is not None else {}
-    timings = measure_transforms(wanted, progress=progress, **kwargs)
+    added = 0
     with _open_log(path) as log:
-        for shape, a, b in wanted:
-            seconds = timings[(shape, a, b)]
-            if not (seconds > 0 and math.isfinite(seconds)):
-                continue
-            log.write(format_record(make_transform_record(shape, layout_name(a), layout_name(b), seconds,
-                                                          target)) + "\n")
-            log.flush()
-    return len(wanted)
+        def write(key, seconds: float) -> None:
+            nonlocal added
+            shape, a, b = key
+            if a != b and seconds > 0 and math.isfinite(seconds):
+                rec = make_transform_record(shape, layout_name(a), layout_name(b), seconds, target)
+                log.write(format_record(rec) + "\n")
+                log.flush()
+                added += 1
+
+        measure_transforms(wanted, progress=progress, measure_one=measure, callback=write)
+    return added
 
 
 def tune_model(model, log_path: str | os.PathLike, **kwargs) -> list[WorkloadSummary]:

@@ -59,8 +59,9 @@ from kernels.conv2d import kernel_workload, supported  # supported: the codegen'
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
-    "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features", "hopeless",
-    "max_accumulators", "prior_log_time", "supported", "transfer_pick", "tune", "tuning_space",
+    "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features",
+    "finalists", "hopeless", "max_accumulators", "prior_log_time", "supported", "transfer_pick",
+    "tune", "tuning_space",
 ]
 
 # TVM's MeasureErrorNo codes (autotvm/measure/measure.py), written into records as error_no.
@@ -253,22 +254,26 @@ def tune(
     lanes: int | None = None,
     seed: int = 0,
     confirm: int = 0,
+    retimed: Mapping[int, int] | None = None,
 ) -> TuneResult:
     """Search ``workload``'s config space; see the module doc for the order.
 
-    Then, if anything new was measured, the fastest config of each of the ``confirm``
-    fastest layout pairs is measured again in :data:`CONFIRM_ROUNDS` rounds, each round
-    timing every one of them once, starting one further along each round (each timing
-    is also passed to ``callback``). The fastest of ~100 noisy timings is biased low
-    (the winner's curse), and a shared host's speed drifts within a minute: interleaved
-    rounds give every re-timed config the same drift, and the graph tuner plans with
-    the median of a config's records.
+    Then the finalists -- the fastest config of each of the ``confirm`` fastest layout
+    pairs (:func:`finalists`) -- are measured again in :data:`CONFIRM_ROUNDS` rounds
+    (:func:`retime`; each timing is also passed to ``callback``). The fastest of ~100
+    noisy timings is biased low (the winner's curse), and a shared host's speed drifts
+    within a minute: interleaved rounds give every re-timed config the same drift, and
+    the graph tuner plans with the median of a config's records.
 
-    ``measured`` maps config indices already measured (by an earlier, perhaps killed,
-    run) to seconds (None: it failed): they are not measured again, count toward
-    ``trials`` and feed the cost model. ``callback`` gets each new :class:`Measurement`
-    as soon as it exists. ``measure`` raises :class:`MeasureError` for a failed config
-    (any other exception counts as TVM's unknown error, 8).
+    Resuming: ``measured`` maps config indices already measured (by an earlier, perhaps
+    killed, run) to their search seconds (None: it failed): they are not measured again,
+    count toward ``trials`` and feed the cost model. ``retimed`` maps config indices to
+    the re-timings an earlier run already made of them: only the missing ones are made.
+    The search and the finalists depend only on the search timings (the random choices
+    are seeded by ``seed`` and the number measured so far), so a rerun after a kill at
+    any point measures what the unkilled run would have. ``callback`` gets each new
+    :class:`Measurement` as soon as it exists. ``measure`` raises :class:`MeasureError`
+    for a failed config (any other exception counts as TVM's unknown error, 8).
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -289,7 +294,6 @@ def tune(
     feats = np.array([features(workload, c, lanes) for c in configs])
     prior = np.array([prior_log_time(workload, c, lanes) for c in configs])
     seconds: dict[int, float | None] = dict(result.previous)
-    rng = random.Random(seed)
     start = time.perf_counter()
 
     def predicted() -> np.ndarray:
@@ -333,6 +337,9 @@ def tune(
                     return (abs(math.log2(c.oc_bn / lanes)) + 0.5 * abs(math.log2(c.ic_bn / lanes)), pred[i])
                 return min(open_pairs, key=pair_rank)
         unmeasured.sort(key=lambda i: pred[i])
+        # Seeded by how far the search is, not once per call: a rerun resuming after a kill
+        # makes the choices the unkilled run would have made.
+        rng = random.Random(seed * 1_000_003 + len(seconds))
         if rng.random() < epsilon:
             return rng.choice(unmeasured[: max(1, len(unmeasured) // 2)])
         return unmeasured[0]
@@ -348,17 +355,30 @@ def tune(
         result.measurements.append(m)
         if callback is not None:
             callback(m)
-    if result.measurements and confirm > 0:
-        fastest: dict[tuple[int, int], int] = {}
-        for i, s in seconds.items():
-            if s is None:
-                continue
-            pair = (configs[i].ic_bn, configs[i].oc_bn)
-            if pair not in fastest or s < seconds[fastest[pair]]:
-                fastest[pair] = i
-        chosen = sorted(fastest.values(), key=lambda i: seconds[i])[:confirm]
-        result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure, callback=callback)
+    if confirm > 0:
+        chosen = finalists(configs, seconds, confirm)
+        done = [(retimed or {}).get(i, 0) for i in chosen]
+        result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure,
+                                      callback=callback, done=done)
     return result
+
+
+def finalists(configs: list[Conv2DConfig], seconds: Mapping[int, float | None],
+              k: int) -> list[int]:
+    """Indices of the fastest config of each of the ``k`` fastest layout pairs, fastest first,
+    by search ``seconds`` (index -> seconds, None: failed). Ties go to the lower index, so
+    the choice does not depend on the order the configs were measured in.
+
+    >>> cs = [Conv2DConfig(8, 8, 4), Conv2DConfig(8, 8, 2), Conv2DConfig(16, 8, 4)]
+    >>> finalists(cs, {0: 2.0, 1: 1.0, 2: 1.0}, 5), finalists(cs, {0: 2.0, 1: 1.0, 2: None}, 1)
+    ([1, 2], [1])
+    """
+    fastest: dict[tuple[int, int], tuple[float, int]] = {}
+    for i, s in seconds.items():
+        if s is not None:
+            pair = (configs[i].ic_bn, configs[i].oc_bn)
+            fastest[pair] = min(fastest.get(pair, (math.inf, i)), (s, i))
+    return [i for _, i in sorted(fastest.values())[:k]]
 
 
 def retime(
@@ -368,25 +388,41 @@ def retime(
     measure: Callable[[Conv2DWorkload, Conv2DConfig], float] | None = None,
     callback: Callable[[Measurement], object] | None = None,
     rounds: int = CONFIRM_ROUNDS,
+    done: list[int] | None = None,
 ) -> list[Measurement]:
     """Time ``configs`` of ``workload`` again in ``rounds`` rounds, each round timing every
     one of them once, starting one further along each round, so that each sees the same
     drift of a shared host. Returns the timings (``confirmation`` set) round by round;
     each is also passed to ``callback``.
 
+    ``done`` gives the re-timings each config already has (from a run killed while
+    re-timing): round ``r`` (from 0) skips the configs with more than ``r``, so a rerun
+    makes exactly the missing ones.
+
     >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
     >>> ms = retime(w, [Conv2DConfig(8, 8, 4), Conv2DConfig(4, 8, 2)], measure=lambda wl, c: 1e-4 * c.ow_bn)
     >>> [(m.config.ow_bn, m.seconds) for m in ms[:4]], len(ms), all(m.confirmation for m in ms)
     ([(4, 0.0004), (2, 0.0002), (2, 0.0002), (4, 0.0004)], 6, True)
+    >>> two = [Conv2DConfig(8, 8, 4), Conv2DConfig(4, 8, 2)]
+    >>> len(retime(w, two, measure=lambda wl, c: 1e-4, done=[3, 1]))  # rounds 2 and 3 of the second
+    2
     """
+    done = list(done) if done is not None else [0] * len(configs)
+    if len(done) != len(configs):
+        raise ValueError(f"done has {len(done)} counts for {len(configs)} configs")
+    if all(d >= rounds for d in done):
+        return []
     measure = measure or KernelTimer()
     space = tuning_space(workload)
     indices = [space.index(_entity_of(c, space)) for c in configs]
     out = []
     for r in range(rounds):
         k = r % len(configs) if configs else 0
-        for i, c in zip(indices[k:] + indices[:k], configs[k:] + configs[:k]):
-            m = dataclasses.replace(_run(measure, workload, space, i, c), confirmation=True)
+        for j in list(range(k, len(configs))) + list(range(k)):
+            if done[j] > r:
+                continue  # timed in this round by an earlier run
+            m = _run(measure, workload, space, indices[j], configs[j])
+            m = dataclasses.replace(m, confirmation=True)
             out.append(m)
             if callback is not None:
                 callback(m)

@@ -240,3 +240,47 @@ def test_hopeless_register_tiles_are_never_tried():
     assert len(result.measurements) + result.unsupported + result.hopeless == len(space)
     widest = max(tuner_mod._tile(W3, m.config, 8)[0] for m in result.measurements)
     assert 16 < widest <= 32  # spilling tiles up to twice the 16 registers are still tried
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_resumed_search_measures_what_the_unkilled_one_would(seed):
+    """A rerun after a kill passes what the log holds as ``measured``: from any point, the
+    rest of the search (exploration included) must be the unkilled run's."""
+    full = tune(W1, trials=30, measure=landscape, lanes=16, seed=seed, epsilon=0.5)
+    order = [m.index for m in full.measurements]
+    assert len(order) == 30
+    for k in (1, 9, 14, 22, 29):
+        logged = {m.index: m.seconds for m in full.measurements[:k]}
+        rest = tune(W1, trials=30, measure=landscape, lanes=16, seed=seed, epsilon=0.5,
+                    measured=logged)
+        assert [m.index for m in rest.measurements] == order[k:], k
+
+
+def test_finalists_are_resumed_round_by_round():
+    """Re-timings already logged (``retimed``) are not made again: each finalist ends with
+    CONFIRM_ROUNDS, in rounds that start one further along, whatever a killed run did."""
+    full = tune(W1, trials=16, measure=landscape, lanes=16, confirm=4)
+    chosen = [m.index for m in full.confirmations[:4]]
+    rounds = chosen + chosen[1:] + chosen[:1] + chosen[2:] + chosen[:2]
+    assert [m.index for m in full.confirmations] == rounds
+    logged = {m.index: m.seconds for m in full.measurements}
+    for cut in range(len(full.confirmations) + 1):  # killed after `cut` re-timings
+        done = dict.fromkeys(chosen, 0)
+        for m in full.confirmations[:cut]:
+            done[m.index] += 1
+        rest = tune(W1, trials=16, measure=landscape, lanes=16, confirm=4, measured=logged,
+                    retimed=done)
+        assert rest.measurements == []
+        assert [m.index for m in rest.confirmations] == [m.index for m in full.confirmations[cut:]]
+
+
+def test_finalists_do_not_depend_on_the_order_configs_were_measured_in():
+    space = tuning_space(W1)
+    configs = [space.config(i) for i in range(len(space))]
+    # rounded to 0.1 ms: many ties
+    seconds = {i: landscape(W1, configs[i]) // 1e-4 * 1e-4 for i in range(0, len(space), 3)}
+    reordered = dict(reversed(list(seconds.items())))
+    assert tuner_mod.finalists(configs, seconds, 6) == tuner_mod.finalists(configs, reordered, 6)
+    chosen = tuner_mod.finalists(configs, seconds, 6)
+    assert len({(configs[i].ic_bn, configs[i].oc_bn) for i in chosen}) == 6
+    assert [seconds[i] for i in chosen] == sorted(seconds[i] for i in chosen)

@@ -1,5 +1,8 @@
 """graph_tuner/tuning.py: records appended per measurement, resume after a kill, errors, transforms."""
 import json
+import os
+import re
+from collections import Counter
 
 import pytest
 
@@ -19,6 +22,12 @@ W1 = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
 
 def fake(w, c):
     return 1e-4 * (1 + abs(c.oc_bn - 16) / 16 + abs(c.ow_bn - 7) / 7 + (c.ic_bn == 1))
+
+
+def tune_fake(workloads, log, **kwargs):
+    """tune_workloads with the fake timer, no progress bars and (unless asked) no transforms."""
+    defaults = {"measure": fake, "progress": False, "transforms": False}
+    return tune_workloads(workloads, log, **{**defaults, **kwargs})
 
 
 def indices_by_workload(path):
@@ -84,8 +93,27 @@ def test_resume_after_a_kill_mid_line(tmp_path):
     assert indices[:5] == kept and len(indices) == len(set(indices)) == 10
     assert len(read_records(log).records) == 10  # the torn line is gone, the log reads cleanly
     # A complete run is not repeated.
-    assert tune_workloads([(W3, 1)], log, trials=10, measure=fake, progress=False, transforms=False)[0].new == 0
-    assert len(read_records(log).records) == 10  # and a finished workload is not re-confirmed either
+    text = log.read_text()
+    assert tune_workloads([(W3, 1)], log, trials=10, measure=fake, progress=False, transforms=False,
+                          confirm=0)[0].new == 0
+    assert log.read_text() == text
+
+
+def test_rerun_makes_only_the_missing_retimings(tmp_path):
+    """Finalists are chosen from each config's first record; its later records are its
+    re-timings. A rerun asking for more finalists re-times only the new ones, 3 times."""
+    log = tmp_path / "t.log"
+    tune_fake([(W3, 1)], log, trials=12, confirm=2)
+    timed = Counter(indices_by_workload(log).popitem()[1])
+    twice = {i for i, n in timed.items() if n > 1}
+    assert len(twice) == 2 and all(timed[i] == 4 for i in twice)
+    s = tune_fake([(W3, 1)], log, trials=12, confirm=5)[0]
+    assert s.new == 0 and s.confirmed == 3 * 3
+    timed = Counter(indices_by_workload(log).popitem()[1])
+    assert sorted(timed.values(), reverse=True)[:6] == [4, 4, 4, 4, 4, 1]
+    assert {i for i, n in timed.items() if n > 1} > twice
+    again = tune_fake([(W3, 1)], log, trials=12, confirm=5)
+    assert again[0].confirmed == 0
 
 
 def test_failed_measurements_are_logged_and_not_retried(tmp_path):
@@ -100,18 +128,110 @@ def test_failed_measurements_are_logged_and_not_retried(tmp_path):
     errors = [json.loads(line) for line in open(log) if json.loads(line)["result"][1] != 0]
     assert s.errors == len(errors) > 0 and {e["result"][1] for e in errors} == {INSTANTIATION_ERROR}
     assert read_records(log).skipped_error == len(errors)
-    done, _ = logged(log, host_target())
-    assert sum(v is None for runs in done.values() for v in runs.values()) == len(errors)
+    state = logged(log, host_target())
+    assert sum(v is None for runs in state.convs.values() for v in runs.values()) == len(errors)
     s2 = tune_workloads([(W3, 1)], log, trials=45, measure=picky, progress=False, transforms=False, confirm=0)[0]
     assert s2.resumed == 40 and s2.new == 5
 
 
-def test_repair_tail(tmp_path):
+REC = ('{"input": ["llvm", "conv2d_NCHWc.x86", [], {}], "config": {"index": 0}, '
+       '"result": [[1e-4], 0, 0, 0]}')
+
+
+def test_repair_tail_cuts_only_a_torn_record_off_a_log(tmp_path):
     p = tmp_path / "x.log"
-    p.write_text('{"a": 1}\n{"b": 2')
-    assert repair_tail(p) and p.read_text() == '{"a": 1}\n'
-    p.write_text('{"a": 1}\n{"b": 2}')  # complete last record without its newline: kept
-    assert not repair_tail(p) and p.read_text() == '{"a": 1}\n{"b": 2}\n'
+    p.write_text(f"{REC}\n{REC[:40]}")
+    assert repair_tail(p) and p.read_text() == f"{REC}\n"
+    p.write_text(f"{REC}\n{REC}")  # complete last record without its newline: kept
+    assert not repair_tail(p) and p.read_text() == f"{REC}\n{REC}\n"
+    p.write_text(f"{REC}\n# tuned on the quiet host")  # not a record: not ours to cut
+    assert not repair_tail(p) and p.read_text() == f"{REC}\n# tuned on the quiet host\n"
+    p.write_text(REC[:30])  # killed while writing the very first record
+    assert repair_tail(p) and p.read_text() == ""
+    p.write_text("# comments only\n\n")
+    assert not repair_tail(p) and p.read_text() == "# comments only\n\n"
+
+
+@pytest.mark.parametrize("data", [
+    b"\x08\x07\x12\x0bpytorch\x1a\x051.13:\x8f\x01\n\x0c\n\x01x",  # the head of an .onnx model
+    bytes(range(256)) * 4,  # binary without a newline where a record's would be
+    b"layer,ms\nconv1,0.52\nconv2,0.3",  # text, not records
+    b'{"plan": [1, 2]}\n{"plan": 3',  # JSON, but not AutoTVM records (and no newline at the end)
+    b'{"not": "a record"}',
+    b"\n# a log?\n[1, 2]\n",
+])
+def test_a_file_that_is_not_a_log_is_refused_untouched(data, tmp_path):
+    p = tmp_path / "model.onnx"
+    p.write_bytes(data)
+    with pytest.raises(GraphTunerError, match="model.onnx: not an AutoTVM tuning log .*left as it"):
+        repair_tail(p)
+    with pytest.raises(GraphTunerError, match="not an AutoTVM tuning log"):
+        tune_fake([(W1, 1)], p, trials=2)
+    with pytest.raises(GraphTunerError, match="not an AutoTVM tuning log"):
+        append_transforms(p, [((1, 8, 4, 4), 1, 4)], host_target(), progress=False,
+                          measure=lambda k: 1e-5)
+    with pytest.raises(GraphTunerError, match="not an AutoTVM tuning log"):
+        retime_workloads([(W1, 1)], p, measure=fake, progress=False)
+    assert p.read_bytes() == data
+
+
+def test_a_directory_or_special_file_is_refused(tmp_path):
+    with pytest.raises(GraphTunerError, match=re.escape(f"{tmp_path}: is a directory")):
+        tune_fake([(W1, 1)], tmp_path, trials=2)
+    if os.path.exists("/dev/null"):
+        with pytest.raises(GraphTunerError, match="/dev/null: is not a regular file"):
+            tune_fake([(W1, 1)], "/dev/null", trials=2)
+
+
+def test_a_log_with_comments_and_a_torn_last_line_is_resumed(tmp_path):
+    log = tmp_path / "t.log"
+    tune_fake([(W1, 1)], log, trials=4, confirm=0)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("# tuned by hand\n\n" + "".join(lines[:3]) + lines[3][:50])
+    s = tune_fake([(W1, 1)], log, trials=4, confirm=0)[0]
+    assert s.resumed == 3 and s.new == 1
+    again = log.read_text().splitlines(keepends=True)
+    assert again[:5] == ["# tuned by hand\n", "\n", *lines[:3]]  # only the torn line was cut
+    redone, torn = json.loads(again[5]), json.loads(lines[3])
+    assert (redone["config"], redone["result"][:2]) == (torn["config"], torn["result"][:2])
+    assert len(again) == 6
+
+
+def test_transform_records_are_flushed_as_measured(tmp_path, monkeypatch):
+    """A run stopped while measuring transforms keeps those it measured; the rerun measures
+    only the others (and none twice: the cache has the ones it measured too)."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    calls = []
+
+    def dying(key):
+        calls.append(key)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return 1e-5 * len(calls)
+
+    with pytest.raises(KeyboardInterrupt):
+        tune_fake([(W1, 1)], log, trials=6, confirm=0, transforms=True, measure_transform=dying)
+    assert len(read_records(log).transforms) == 3
+    again = []
+    tune_fake([(W1, 1)], log, trials=6, confirm=0, transforms=True,
+              measure_transform=lambda key: again.append(key) or 1e-5)
+    ts = read_records(log).transforms
+    # the 4th (killed) and the rest measured, the first 3 not again
+    assert len(again) == len(ts) - 3 > 0 and set(again).isdisjoint(calls[:3])
+    assert len({(t.shape, t.src_layout, t.dst_layout) for t in ts}) == len(ts)
+
+
+def test_unwritable_cache_dir_is_one_line_naming_the_variable(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(blocker))
+    log = tmp_path / "t.log"
+    message = f"GRAPH_TUNER_CACHE_DIR={blocker}: cannot write the layout-transform cache"
+    with pytest.raises(GraphTunerError, match=re.escape(message)):
+        tune_fake([(W1, 1)], log, trials=2, transforms=True)
+    assert log.read_text() == ""  # refused before anything was measured
+    tune_fake([(W1, 1)], log, trials=2)  # no transforms, no cache needed
 
 
 def test_transform_records_appended_once(tmp_path, monkeypatch):
@@ -245,3 +365,17 @@ def test_retime_needs_records_of_every_workload(tmp_path):
     assert log.read_text() == text
     with pytest.raises(GraphTunerError, match="no such log"):
         retime_workloads([(W1, 1)], tmp_path / "missing.log", measure=fake, progress=False)
+
+
+def test_tune_after_retime_tops_the_finalists_up_to_one_more_round_once(tmp_path):
+    """--retime leaves each finalist 3 records, all new; to `tune` that is a search timing
+    and 2 re-timings, so its next run adds one round to those of its finalists, and the
+    run after that adds nothing."""
+    log = tmp_path / "t.log"
+    tune_fake([(W1, 1)], log, trials=12, confirm=4)
+    assert retime_workloads([(W1, 1)], log, measure=fake, confirm=4, progress=False) == 4
+    s = tune_fake([(W1, 1)], log, trials=12, confirm=4)[0]
+    assert s.new == 0 and 0 < s.confirmed <= 4  # one round, of the finalists --retime re-timed
+    text = log.read_text()
+    s = tune_fake([(W1, 1)], log, trials=12, confirm=4)[0]
+    assert (s.new, s.confirmed) == (0, 0) and log.read_text() == text

@@ -1,0 +1,140 @@
+"""Kill `tune` at any point, rerun it: the log ends as an unkilled run's would.
+
+Each test runs tests/tune_kill.py in a subprocess that SIGKILLs itself at a chosen point
+of one phase (conv search, re-timing of the finalists, layout-transform measurement, or
+halfway through writing a line), then reruns the same tuning to completion in-process and
+compares the parsed log with the reference run's: the same records per config (so the
+same configs and the same number of re-timings), the same transforms, nothing lost or
+repeated. Timestamps and all_cost are left out: they differ between runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import tune_kill
+from graph_tuner.records import read_records
+from kernels.tuner import CONFIRM_ROUNDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def content(lines: list[str]) -> Counter:
+    """What the whole lines of a log say, as a multiset of (task input, config index, costs,
+    error_no): one per record, so a repeated record counts twice and a lost one is missed."""
+    out: Counter = Counter()
+    for line in lines:
+        if line.endswith("\n"):
+            obj = json.loads(line)
+            inp, index, (costs, error_no) = obj["input"], obj["config"]["index"], obj["result"][:2]
+            out[json.dumps(inp), index, json.dumps(costs), error_no] += 1
+    return out
+
+
+def log_content(log: Path) -> Counter:
+    return content(log.read_text().splitlines(keepends=True))
+
+
+def kill(log: Path, cache: Path, how: str, n: int) -> None:
+    """Run tests/tune_kill.py into ``log`` in a subprocess that SIGKILLs itself at ``how`` ``n``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPH_TUNER_CACHE_DIR": str(cache)}
+    script = ROOT / "tests" / "tune_kill.py"
+    proc = subprocess.run([sys.executable, str(script), str(log), how, str(n)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr  # killed, not finished or failed
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The unkilled run: its log's content and where each phase's calls fall."""
+    folder = tmp_path_factory.mktemp("reference")
+    log = folder / "ref.log"
+    transforms = []
+
+    def timing(key):
+        transforms.append(key)
+        return tune_kill.transform_seconds(key)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPH_TUNER_CACHE_DIR", str(folder / "cache"))
+        tune_kill.run(log, measure_transform=timing)
+        text = log.read_text()
+        tune_kill.run(log, measure=lambda w, c: 1 / 0, measure_transform=lambda key: 1 / 0)
+        assert log.read_text() == text  # a finished run has nothing left to do
+    convs = [json.loads(line) for line in text.splitlines()]
+    convs = [obj for obj in convs if obj["input"][1] != "layout_transform"]
+    # Conv measurement k (from 1) writes conv line k: per workload its search, then its re-timings.
+    seen, phases = set(), []
+    for obj in convs:
+        key = (json.dumps(obj["input"]), obj["config"]["index"])
+        phases.append("retime" if key in seen else "search")
+        seen.add(key)
+    first_w2 = next(k for k, obj in enumerate(convs, 1) if obj["input"] != convs[0]["input"])
+    retimes = [k for k, p in enumerate(phases, 1) if p == "retime"]
+    assert phases[:tune_kill.TRIALS] == ["search"] * tune_kill.TRIALS
+    # each workload: CONFIRM finalists, each re-timed in 3 rounds
+    assert len(retimes) == 2 * tune_kill.CONFIRM * CONFIRM_ROUNDS
+    assert sum(obj["result"][1] != 0 for obj in convs) > 0  # failed measurements are part of it
+    assert len(transforms) > 4 and len(text.splitlines()) == len(convs) + len(transforms)
+    w1_retimes = [k for k in retimes if k < first_w2]
+    points = {
+        "search-first": 1, "search-mid": tune_kill.TRIALS // 2, "retime-first": w1_retimes[0],
+        "retime-round-2": w1_retimes[tune_kill.CONFIRM + 1], "retime-last": w1_retimes[-1],
+        "second-workload-search": first_w2, "last-measurement": len(convs),
+        "transform-first": 1, "transform-mid": len(transforms) // 2,
+        "transform-last": len(transforms),
+        "line-search": 3, "line-retime": w1_retimes[1], "line-transform": len(convs) + 2,
+    }
+    return log_content(log), points, len(convs), len(transforms)
+
+
+@pytest.mark.parametrize("how, point", [
+    ("measure", "search-first"), ("measure", "search-mid"), ("measure", "retime-first"),
+    ("measure", "retime-round-2"), ("measure", "retime-last"),
+    ("measure", "second-workload-search"), ("measure", "last-measurement"),
+    ("transform", "transform-first"), ("transform", "transform-mid"),
+    ("transform", "transform-last"),
+    ("line", "line-search"), ("line", "line-retime"), ("line", "line-transform"),
+])
+def test_rerun_after_a_kill_ends_with_the_unkilled_log(how, point, reference, tmp_path,
+                                                       monkeypatch):
+    expected, points, n_convs, n_transforms = reference
+    n = points[point]
+    cache, log = tmp_path / "cache", tmp_path / "t.log"
+    kill(log, cache, how, n)
+    lines = log.read_text().splitlines(keepends=True)
+    whole = [line for line in lines if line.endswith("\n")]
+    if how == "measure":  # measurements 1..n-1 are in the log, flushed; nothing after
+        assert len(lines) == len(whole) == n - 1
+    elif how == "transform":  # every conv record, and the transforms timed before the kill
+        assert len(lines) == len(whole) == n_convs + n - 1
+    else:  # n-1 whole lines and half of the n-th
+        assert len(lines) == n and len(whole) == n - 1
+    assert content(lines) < expected  # the kill lost work a rerun must do
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(cache))
+    tune_kill.run(log)
+    assert log_content(log) == expected
+    parsed = read_records(log)  # reads cleanly: no torn line left
+    read = len(parsed.records) + len(parsed.transforms) + parsed.skipped_error
+    assert read == sum(expected.values()) and len(parsed.transforms) == n_transforms
+
+
+def test_rerun_after_two_kills_in_the_same_phase(reference, tmp_path, monkeypatch):
+    """A rerun that is killed too, while finishing the re-timings, still ends right."""
+    expected, points, _, _ = reference
+    cache, log = tmp_path / "cache", tmp_path / "t.log"
+    n = points["retime-round-2"]
+    kill(log, cache, "measure", n)
+    kill(log, cache, "measure", 2)  # the rerun dies in its 2nd: re-timings still missing
+    assert len(log.read_text().splitlines()) == n  # n-1, then one more
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(cache))
+    tune_kill.run(log)
+    assert log_content(log) == expected
