@@ -1,6 +1,9 @@
 """`graph-tuner tune`: a real run on a tiny ONNX model, resume, and clean one-line errors."""
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -52,18 +55,83 @@ def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):
     assert {(r.workload, r.config_index) for r in after if hasattr(r, "config_index")} == configs
 
 
+def exit_status(argv) -> int:
+    """main's status, also for usage errors (argparse exits instead of returning)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
 @pytest.mark.parametrize("args, message", [
-    (["resnet-18", "--trials", "0"], "--trials must be >= 1"),
-    (["resnet-18", "--time-budget", "-5"], "--time-budget must be > 0"),
+    *[(["resnet-18", "--trials", bad], "argument --trials: expected a positive integer")
+      for bad in ("0", "-1", "abc", "1e3")],
+    *[(["resnet-18", "--time-budget", bad],
+       f"argument --time-budget: expected a positive number of seconds, got '{bad}'")
+      for bad in ("-5", "nan", "inf", "0")],
     (["resnet-17"], "unknown model 'resnet-17'"),
-    (["resnet-18", "--batch", "0"], "batch must be a positive integer"),
+    (["resnet-18", "--batch", "0"], "argument --batch: expected a positive integer"),
+    (["resnet-18", "--batch", "99999999999999999999"], "argument --batch: expected a positive integer"),
+    (["resnet-18", "--batch", "4096"], "batch must be"),
     (["resnet-18", "--retime", "--trials", "5"], "--retime does not search"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, tmp_path, capsys):
-    assert main(["tune", *args, "-o", str(tmp_path / "x.log")]) == 2
+    assert exit_status(["tune", *args, "-o", str(tmp_path / "x.log")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x.log").exists()
+
+
+NOT_LOGS = {
+    "binary": bytes(range(256)) * 8,
+    "text": b"conv1 0.52 ms\nconv2 0.31 ms\n",
+    "json": b'{"layers": {"conv1": "NCHW16c"}}\n',
+}
+
+
+@pytest.mark.parametrize("kind", ["model", "other model", *NOT_LOGS])
+def test_output_that_is_not_a_log_exits_2_and_is_left_byte_identical(kind, tiny_onnx, tmp_path,
+                                                                      capsys):
+    """`tune model.onnx -o model.onnx` once cut the model's tail off as a torn log line."""
+    if kind == "model":
+        out = tiny_onnx
+    elif kind == "other model":
+        out = tmp_path / "other.onnx"
+        out.write_bytes(tiny_onnx.read_bytes())
+    else:
+        out = tmp_path / f"{kind}.log"
+        out.write_bytes(NOT_LOGS[kind])
+    before = out.read_bytes()
+    assert main(["tune", str(tiny_onnx), "-o", str(out), "--trials", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("graph-tuner: error: ") and str(out) in err
+    assert ("is also MODEL" if kind == "model" else "not an AutoTVM tuning log") in err
+    assert out.read_bytes() == before
+    assert exit_status(["tune", str(tiny_onnx), "-o", str(out), "--retime"]) == 2
+    assert out.read_bytes() == before
+
+
+def test_output_that_is_a_directory_exits_2_naming_it(tiny_onnx, tmp_path, capsys):
+    assert main(["tune", str(tiny_onnx), "-o", str(tmp_path), "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"graph-tuner: error: -o {tmp_path} is a folder; give a file path"
+
+
+def test_a_log_with_a_torn_last_line_is_repaired_and_resumed(tiny_onnx, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("graph_tuner.tuning.model_timer", lambda m: lambda w, c: 1e-4 * c.ow_bn)
+    monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: 1e-5)
+    log = tmp_path / "t.log"
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "2", "--no-progress"]) == 0
+    whole = log.read_text()
+    lines = whole.splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]) + lines[-1][:40])  # killed while writing the last line
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "2", "--no-progress"]) == 0
+    again = log.read_text().splitlines()
+    assert again[:-1] == whole.splitlines()[:-1]  # only the torn line was cut ...
+    old, new = json.loads(lines[-1]), json.loads(again[-1])
+    # ... and written again
+    assert (new["input"], new["result"][0]) == (old["input"], old["result"][0])
 
 
 def test_unwritable_log_exits_2_without_traceback(tiny_onnx, tmp_path):
@@ -72,5 +140,41 @@ def test_unwritable_log_exits_2_without_traceback(tiny_onnx, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "graph_tuner", "tune", str(tiny_onnx), "-o", str(blocker / "t.log")],
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "cannot write the tuning log" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"{blocker} is a file, not a folder" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def read_only_folder(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o500)
+        return folder
+    return Path("/sys")  # root ignores permission bits; sysfs refuses new files even to root
+
+
+@pytest.mark.parametrize("where", ["t.log", "missing/t.log"])
+def test_output_in_a_read_only_folder_exits_2_naming_it(where, tiny_onnx, tmp_path, capsys):
+    out = read_only_folder(tmp_path) / where
+    assert main(["tune", str(tiny_onnx), "-o", str(out), "--trials", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graph-tuner: error: ") and str(out) in err
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only folder"])
+def test_unwritable_cache_dir_exits_2_naming_the_variable(kind, tiny_onnx, tmp_path, monkeypatch,
+                                                          capsys):
+    if kind == "file":
+        cache = tmp_path / "cache"
+        cache.write_text("not a folder")
+    else:
+        cache = read_only_folder(tmp_path)
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(cache))
+    log = tmp_path / "t.log"
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    # cli.main's environment check names a file or a folder without write permission; tune's
+    # own check what else cannot be written into (a folder root may not write either)
+    assert err.startswith("graph-tuner: error: GRAPH_TUNER_CACHE_DIR=") and str(cache) in err
+    assert len(err.splitlines()) == 1 and not log.exists()

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from graph_tuner.commands import check_paths, positive_int, positive_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -12,13 +15,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "a rerun resumes where a run stopped), then append the layout transforms the model "
                     "can need. The log is readable by TVM and by `graph-tuner solve`.")
     p.add_argument("model", metavar="MODEL", help="a zoo model name (see `graph-tuner models`) or an .onnx file")
-    p.add_argument("-o", "--output", metavar="LOG", required=True, help="the tuning log to append to")
-    p.add_argument("--trials", type=int, default=None, metavar="N",
+    p.add_argument("-o", "--output", metavar="LOG", required=True,
+                   help="the tuning log to append to (created with its folders if missing; "
+                        "a file that is not an AutoTVM log is refused and left as it is)")
+    p.add_argument("--trials", type=positive_int, default=None, metavar="N",
                    help="measurements per workload, counting those already in LOG (default 40)")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="wall time for the conv search, split evenly over the workloads left "
                         "(time one does not use passes to the next)")
-    p.add_argument("--batch", type=int, default=None, metavar="N", help="batch size (default: the model's, 1 for zoo)")
+    p.add_argument("--batch", type=positive_int, default=None, metavar="N",
+                   help="batch size (default: the model's, 1 for zoo)")
     p.add_argument("--retime", action="store_true",
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
@@ -31,15 +37,18 @@ def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.host_state import probe
     from graph_tuner.model import load_model
-    from graph_tuner.tuning import DEFAULT_TRIALS, retime_model, tune_model
+    from graph_tuner.tuning import DEFAULT_TRIALS, check_cache, check_log, retime_model, tune_model
 
     if args.retime and (args.trials is not None or args.time_budget is not None):
         raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
-    if trials < 1:
-        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
-    if args.time_budget is not None and not args.time_budget > 0:
-        raise GraphTunerError(f"--time-budget must be > 0 seconds, got {args.time_budget}")
+    # Before anything runs (loading a big model, probing the host): the log must be a log,
+    # and never the model itself (`tune model.onnx -o model.onnx` once cut bytes off it).
+    out = Path(args.output)
+    check_paths({"MODEL": args.model if Path(args.model).is_file() else None}, {"-o": out})
+    check_log(out)
+    if not args.retime:
+        check_cache()
     model = load_model(args.model, batch=args.batch)
     if not model.distinct_workloads():
         raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
