@@ -281,16 +281,20 @@ def check_cache() -> None:
     from kernels.transform_bench import cache_path
 
     path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
-        where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(path.parent)
-        raise GraphTunerError(f"{where}: cannot write the layout-transform cache {path.name} there "
-                              f"({e.strerror}); set GRAPH_TUNER_CACHE_DIR to a writable folder"
-                              ) from None
+    if path.parent.is_file():
+        reason = "a file, not a folder"
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a"):
+                pass
+            return
+        except OSError as e:
+            reason = e.strerror
+    env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
+    where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(path.parent)
+    raise GraphTunerError(f"{where}: cannot write the layout-transform cache {path.name} there "
+                          f"({reason}); set GRAPH_TUNER_CACHE_DIR to a writable folder")
 
 
 def tune_workloads(
