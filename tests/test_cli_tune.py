@@ -14,6 +14,12 @@ from graph_tuner.cli import main
 from graph_tuner.records import read_records
 
 
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """`tune` checks (and creates) the transform cache before it runs: never the user's."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.fixture
 def tiny_onnx(tmp_path):
     rng = np.random.default_rng(0)
