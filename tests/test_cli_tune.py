@@ -77,7 +77,8 @@ def exit_status(argv) -> int:
       for bad in ("-5", "nan", "inf", "0")],
     (["resnet-17"], "unknown model 'resnet-17'"),
     (["resnet-18", "--batch", "0"], "argument --batch: expected a positive integer"),
-    (["resnet-18", "--batch", "99999999999999999999"], "argument --batch: expected a positive integer"),
+    (["resnet-18", "--batch", "99999999999999999999"],
+     "argument --batch: expected a positive integer"),
     (["resnet-18", "--batch", "4096"], "batch must be"),
     (["resnet-18", "--retime", "--trials", "5"], "--retime does not search"),
 ])
