@@ -219,6 +219,8 @@ def logged(path: str | os.PathLike, target: str) -> LogState:
                 continue
             ok = result[1] == 0 and result[0]
             seconds = sum(result[0]) / len(result[0]) if ok else None
+            if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+                seconds = None  # no time (a damaged line): never a finalist, never the best
         except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
             continue
         runs = state.convs.setdefault(key, {})

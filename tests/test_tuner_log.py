@@ -1,5 +1,6 @@
 """graph_tuner/tuning.py: records appended per measurement, resume after a kill, errors, transforms."""
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -379,3 +380,22 @@ def test_tune_after_retime_tops_the_finalists_up_to_one_more_round_once(tmp_path
     text = log.read_text()
     s = tune_fake([(W1, 1)], log, trials=12, confirm=4)[0]
     assert (s.new, s.confirmed) == (0, 0) and log.read_text() == text
+
+
+def test_a_logged_time_that_is_no_time_counts_as_failed(tmp_path):
+    """A NaN, zero or negative cost (a damaged line) must not make its config a finalist or the
+    workload's best, nor be measured again."""
+    log = tmp_path / "t.log"
+    tune_fake([(W1, 1)], log, trials=6, confirm=0)
+    lines = log.read_text().splitlines()
+    bad = [json.loads(line) for line in lines[:3]]
+    for obj, cost in zip(bad, (math.nan, 0.0, -1e-4)):
+        obj["result"][0] = [cost]
+    log.write_text("\n".join([json.dumps(obj) for obj in bad] + lines[3:]) + "\n")
+    state = logged(log, host_target())
+    (runs,) = state.convs.values()
+    assert [runs[obj["config"]["index"]] for obj in bad] == [None, None, None]
+    s = tune_fake([(W1, 1)], log, trials=6, confirm=2)[0]
+    assert s.new == 0 and s.confirmed == 6 and s.best_seconds > 0
+    retimed = logged(log, host_target()).retimed(conv_input_key(W1, host_target()))
+    assert len(retimed) == 2 and retimed.keys().isdisjoint(obj["config"]["index"] for obj in bad)
