@@ -312,7 +312,8 @@ def test_cached_transform_times_that_are_no_time_are_measured_again(tmp_path, mo
 
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path))
     keys = [((1, 8, 4, 4), 1, 8), ((1, 8, 4, 4), 8, 1), ((1, 8, 4, 4), 1, 4)]
-    lines = [json.dumps([list(shape), a, b, t]) for (shape, a, b), t in zip(keys, [2e-6, 0.0, math.nan])]
+    times = [2e-6, 0.0, math.nan]
+    lines = [json.dumps([list(shape), a, b, t]) for (shape, a, b), t in zip(keys, times)]
     transform_bench.cache_path().write_text("\n".join(lines) + "\n")  # one timing a line
     costs = TransformCosts()
     costs.fill(keys, measure=False)
