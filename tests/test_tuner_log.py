@@ -9,6 +9,7 @@ import pytest
 
 from graph_tuner.candidates import fallback_config, layer_candidates
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.layout_flow import parse_layout
 from graph_tuner.records import read_records
 from graph_tuner.tuning import (append_transforms, conv_input_key, host_target, logged, repair_tail,
                                 retime_workloads, transform_keys, tune_workloads)
@@ -295,6 +296,10 @@ def test_tune_model_logs_every_transform_a_solve_needs(tmp_path, monkeypatch):
     tune_model(model, log, trials=8, measure=fake, progress=False, confirm=0)
     gt = GraphTuner(model, log)
     assert gt.required_transforms() and gt.missing_transforms() == []
+    # ... and only those: no timing spent on transforms no plan over the candidates can use.
+    logged_keys = {(t.shape, parse_layout(t.src_layout), parse_layout(t.dst_layout))
+                   for t in read_records(log).transforms}
+    assert logged_keys == set(gt.required_transforms())
     pooled = {t.shape for t in read_records(log).transforms}
     assert (1, 32, 1, 1) in pooled  # the global pool's output: read plain by flatten
 
