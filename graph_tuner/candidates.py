@@ -57,10 +57,6 @@ class Candidate:
     config: Conv2DConfig
     is_fallback: bool = False
 
-    @property
-    def layouts(self) -> tuple[str, str]:
-        return f"NCHW{self.in_block}c", f"NCHW{self.out_block}c"
-
 
 def match_key(workload: Conv2DWorkload) -> Conv2DWorkload:
     """The workload as records are matched: forms already unified, output dtype ignored.
@@ -212,8 +208,8 @@ def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS
     marked ``"graph_tuner": {"fallback": true}`` with the estimated time as its cost.
 
     >>> c = fallback_candidate(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
-    >>> c.is_fallback, c.layouts, round(c.time * 1e3, 2), c.record.raw["graph_tuner"]["fallback"]
-    (True, ('NCHW16c', 'NCHW16c'), 11.56, True)
+    >>> c.is_fallback, (c.in_block, c.out_block), round(c.time * 1e3, 2), c.record.raw["graph_tuner"]["fallback"]
+    (True, (16, 16), 11.56, True)
     """
     from graph_tuner.records import make_conv2d_record, read_records
     from kernels.config_space import conv2d_space, depthwise_conv2d_space

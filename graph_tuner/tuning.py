@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Sequence
 
 from graph_tuner.candidates import describe
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.layout_flow import layout_name
 from graph_tuner.records import (LAYOUT_TRANSFORM_TASK, format_record, make_conv2d_record, make_transform_record,
                                  read_records)
 from kernels.config import Conv2DConfig
@@ -493,15 +494,6 @@ def _short(w: Conv2DWorkload) -> str:
     n, c, h, width = w.data_shape
     o, _, kh, kw = w.kernel_shape
     return f"{c}x{h}x{width} -> {o} k{kh}x{kw} s{w.strides[0]}"
-
-
-def layout_name(block: int) -> str:
-    """AutoTVM's layout string of a block: 1 is plain ``NCHW``.
-
-    >>> layout_name(1), layout_name(16)
-    ('NCHW', 'NCHW16c')
-    """
-    return "NCHW" if block == 1 else f"NCHW{block}c"
 
 
 def transform_keys(shapes: Iterable[Sequence[int]], records: Iterable, target: str) -> list:

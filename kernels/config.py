@@ -13,8 +13,8 @@ from dataclasses import dataclass
 class Conv2DConfig:
     """Schedule of one NCHWc conv2d kernel.
 
-    >>> Conv2DConfig(ic_bn=32, oc_bn=16, ow_bn=2, unroll_kw=True).layouts
-    ('NCHW32c', 'NCHW16c')
+    >>> Conv2DConfig(ic_bn=32, oc_bn=16, ow_bn=2, unroll_kw=True).ic_bn
+    32
     """
 
     ic_bn: int  # tile_ic inner factor: input channel block
@@ -22,7 +22,3 @@ class Conv2DConfig:
     ow_bn: int  # tile_ow inner factor: output columns per register tile
     unroll_kw: bool = False  # unroll the kernel-width loop (kernels larger than 1x1)
     oh_bn: int = 1  # tile_oh: output rows per register tile (1x1 kernels)
-
-    @property
-    def layouts(self) -> tuple[str, str]:
-        return f"NCHW{self.ic_bn}c", f"NCHW{self.oc_bn}c"

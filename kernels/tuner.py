@@ -522,8 +522,3 @@ class KernelTimer:
             raise MeasureError(RUNTIME_DEVICE, f"{type(e).__name__}: {e}") from None
         self.best[workload] = min(seconds, best or math.inf)
         return seconds
-
-
-def indices_of(space: Space, configs: Iterable[Conv2DConfig]) -> list[int]:
-    """Space indices of configs (handy for tests and seeding)."""
-    return [space.index(_entity_of(c, space)) for c in configs]

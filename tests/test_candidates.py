@@ -77,11 +77,10 @@ def test_a_config_timed_again_beats_a_lucky_config_timed_once_in_its_pair():
     assert [c.in_block for c in cands] == [8, 16]
 
 
-def test_default_top_k_is_20_and_layouts():
+def test_default_top_k_is_20_and_blocks():
     (cands,) = layer_candidates([CONV], _synthetic_log())
     assert len(cands) == 20
     c = cands[0]
-    assert c.layouts == (f"NCHW{c.in_block}c", f"NCHW{c.out_block}c")
     assert (c.config.ic_bn, c.config.oc_bn) == (c.in_block, c.out_block)
 
 
