@@ -24,7 +24,7 @@ from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import build_problem, required_transforms
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
-SOLVERS = ("dp", "ilp", "pbqp")
+SOLVERS = ("auto", "dp", "ilp", "pbqp")
 
 
 class GraphTuner:
@@ -107,7 +107,7 @@ class GraphTuner:
         return self.transforms.estimate_missing(self.required_transforms())
 
     # -- solving ---------------------------------------------------------------------
-    def solve(self, solver: str = "dp", time_limit: float | None = None) -> Plan:
+    def solve(self, solver: str = "auto", time_limit: float | None = None) -> Plan:
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
         if self.kind == "cuda":
@@ -299,20 +299,18 @@ def _blocks_of(t) -> tuple[int, int]:
 
 
 def _solve(problem, solver: str, time_limit: float | None, notes: list[str]):
+    """The solution and the method to report (for ``auto``: which ran and why)."""
     from solvers import Infeasible, TableTooLarge, solve
 
     try:
-        try:
-            return solve(problem, method=solver, time_limit=time_limit), solver
-        except TableTooLarge as e:
-            if solver != "dp":
-                raise
-            notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
-            return solve(problem, method="ilp", time_limit=time_limit), "ilp"
+        sol = solve(problem, method=solver, time_limit=time_limit)
+    except TableTooLarge as e:
+        raise GraphTunerError(f"{e}; use --solver auto (dp if it fits, else ilp)") from None
     except Infeasible:
         raise GraphTunerError(
             "no feasible plan: every combination of candidates needs an impossible layout transform"
         ) from None
+    return sol, f"{sol.method} (auto: {sol.stats['auto']})" if solver == "auto" else solver
 
 def _foreign_cpu_warnings(log, records) -> list[str]:
     """A warning when the x86 records were timed on other CPUs than this one: the plan is

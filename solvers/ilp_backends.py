@@ -79,7 +79,8 @@ def cpsat(m: LinearModel, hint: np.ndarray | None, time_limit: float | None,
         lin.vars.extend(a.indices[s:e].tolist())
         lin.coeffs.extend(coeffs[s:e].tolist())
         lo, hi = m.row_lo[r], m.row_hi[r]
-        lin.domain.extend([int(lo) if np.isfinite(lo) else -big, int(hi) if np.isfinite(hi) else big])
+        lin.domain.extend([int(lo) if np.isfinite(lo) else -big,
+                           int(hi) if np.isfinite(hi) else big])
     coef, scale, error = integer_objective(m)
     nz = np.flatnonzero(coef)
     proto.objective.vars.extend(nz.tolist())

@@ -5,7 +5,7 @@
 >>> [solve(p, method=m).choice for m in ("auto", "dp", "ilp", "pbqp", "brute")]
 [[1], [1], [1], [1], [1]]
 >>> s = solve(p); s.method, s.stats["auto"]
-('dp', 'dp: its tables fit the cap')
+('dp', "dp's tables fit its memory cap")
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
         cap = options.pop("max_table_entries", MAX_TABLE_ENTRIES)
         try:
             s = solve_dp(p, max_table_entries=cap)
-            s.stats["auto"] = "dp: its tables fit the cap"
+            s.stats["auto"] = "dp's tables fit its memory cap"
         except TableTooLarge as e:
             s = solve_ilp(p, time_limit=time_limit, **options)
             why = str(e).split(";")[0]  # drop its advice to use ilp: that is what runs
-            s.stats["auto"] = f"ilp: dp's table cap was hit ({why})"
+            s.stats["auto"] = f"dp's table cap was hit: {why}"
         return s
     if method == "dp":
         from .dp import solve_dp
