@@ -1,5 +1,7 @@
-"""MILP backends for :class:`~solvers.linear_model.LinearModel`: OR-Tools CP-SAT, SCIP
-(through OR-Tools' model builder) and HiGHS (through ``scipy.optimize.milp``).
+"""MILP backends for :class:`~solvers.linear_model.LinearModel`: OR-Tools CP-SAT and SCIP
+(through OR-Tools' model builder).  HiGHS through ``scipy.optimize.milp``, this package's
+backend before, was slower than both on every instance class of
+``benchmarks/bench_solvers.py``, so it is only a baseline there.
 
 Each takes the model, a complete hint (column values, or None), a time limit and a
 number of workers, and returns a :class:`BackendResult` whose ``bound`` is a proven lower
@@ -21,7 +23,6 @@ not proven in 60 s; without presolve, proven in 0.22 s).  The model is already s
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,28 +149,4 @@ def scip(m: LinearModel, hint: np.ndarray | None, time_limit: float | None,
                          {"backend": "scip", "message": status})
 
 
-def highs(m: LinearModel, hint: np.ndarray | None, time_limit: float | None,
-          workers: int) -> BackendResult:
-    """HiGHS through ``scipy.optimize.milp`` (no MIP start: scipy does not pass one)."""
-    from scipy.optimize import LinearConstraint, milp
-
-    # HiGHS's presolve costs more than it saves on these models (measured: DenseNet-like
-    # 3.4 s -> 1.3 s without it)
-    options = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.0, "presolve": False}
-    if time_limit is not None:
-        options["time_limit"] = float(time_limit)
-    with warnings.catch_warnings():
-        # mip_abs_gap is passed to HiGHS verbatim; scipy warns that it does not know it
-        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
-        res = milp(m.cost, integrality=np.ones(len(m.cost)), bounds=(0.0, m.upper),
-                   constraints=LinearConstraint(m.matrix, m.row_lo, m.row_hi), options=options)
-    name = {0: "optimal", 2: "infeasible"}.get(res.status, "unknown")
-    if name == "unknown" and res.x is not None:
-        name = "feasible"
-    bound = getattr(res, "mip_dual_bound", None)
-    bound = None if bound is None or not np.isfinite(bound) else float(bound)
-    return BackendResult(name, res.x, bound, {"backend": "highs", "message": res.message,
-                                              "nodes": getattr(res, "mip_node_count", None)})
-
-
-BACKENDS = {"cp-sat": cpsat, "scip": scip, "highs": highs}
+BACKENDS = {"cp-sat": cpsat, "scip": scip}

@@ -26,8 +26,8 @@ def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
       it); ``stats["auto"]`` says which ran and why.
     * ``"dp"``: exact bucket elimination (option ``max_table_entries``; raises
       :class:`~solvers.TableTooLarge` above it);
-    * ``"ilp"``: exact 0-1 ILP (options ``backend="cp-sat" | "scip" | "highs"``,
-      ``workers``); anytime with ``time_limit``: the best solution found and a proven
+    * ``"ilp"``: exact 0-1 ILP on OR-Tools (options ``backend="cp-sat" | "scip"``,
+      ``workers``, ``warm_start``); anytime with ``time_limit``: the best solution found and a proven
       ``bound``, ``optimal`` only when the gap is closed;
     * ``"pbqp"``: Scholz-Eckstein reductions (heuristic on dense graphs);
     * ``"brute"``: tiny problems only.

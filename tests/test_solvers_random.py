@@ -111,7 +111,7 @@ def test_dp_equals_brute(spec, variant):
 
 
 @pytest.mark.parametrize("backend, warm_start", [
-    ("cp-sat", True), ("cp-sat", False), ("scip", True), ("highs", True)])
+    ("cp-sat", True), ("cp-sat", False), ("scip", True)])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=problems())
 def test_ilp_equals_brute(spec, backend, warm_start):
