@@ -33,6 +33,7 @@ from .linear_model import LinearModel, _Pair
 # largest possible objective stays under 2**ACTIVITY_BITS (exact in float64, no int64
 # overflow in CP-SAT's LP reasoning); measured as fast as CP-SAT's own float scaling.
 ACTIVITY_BITS = 50
+SUM_BITS = 60
 
 
 @dataclass
@@ -47,7 +48,12 @@ def integer_objective(m: LinearModel) -> tuple[np.ndarray, float, float]:
     """``(coefficients, scale, error)``: ``round(cost * scale)`` as int64, and a bound on
     ``|scale * objective - integer objective|`` at any solution's cheapest completion."""
     largest = _active_sum(m, m.cost)
-    scale = 2.0 ** (ACTIVITY_BITS - max(math.ceil(math.log2(largest)), 0)) if largest > 0 else 1.0
+    if largest == 0:
+        return np.zeros(len(m.cost), dtype=np.int64), 1.0, 0.0
+    # CP-SAT also refuses a model whose objective could overflow with every column at 1
+    bits = min(ACTIVITY_BITS - math.ceil(math.log2(largest)),
+               SUM_BITS - math.ceil(math.log2(m.cost.sum())))
+    scale = 2.0 ** min(bits, 1000)  # (tiny costs: stay in float64's range)
     coef = np.round(m.cost * scale)
     return coef.astype(np.int64), scale, _active_sum(m, np.abs(coef - m.cost * scale))
 

@@ -105,6 +105,12 @@ def test_ilp_time_limit_bound_is_below_the_optimum():
     assert s.bound <= best.cost + 1e-9 * best.cost
 
 
+def test_ilp_starts_from_pbqp_only_under_a_time_limit():
+    p = cnn_like(0)
+    assert solve(p, "ilp").stats["hint_cost"] is None
+    assert solve(p, "ilp", time_limit=60).stats["hint_cost"] == solve(p, "pbqp").cost
+
+
 def test_ilp_without_warm_start_or_solution_is_a_clear_error():
     p = dense_problem(n=12, k=8, seed=3)
     with pytest.raises(NoSolutionFound, match="limit"):
