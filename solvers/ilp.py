@@ -1,12 +1,13 @@
-"""Exact 0-1 ILP: presolve, the local-polytope model, a PBQP warm start, then a MILP backend.
+"""Exact 0-1 ILP: presolve, the local-polytope model, a PBQP warm start, a MILP backend.
 
 Steps: :func:`~solvers.presolve.presolve` (exact shrinking), the model of
 :mod:`~solvers.linear_model`, under a time limit the PBQP solution (milliseconds) as a
-complete hint, then the backend (:mod:`~solvers.ilp_backends`): ``"cp-sat"`` (default: OR-Tools CP-SAT on
-``workers`` threads, default the machine's cores) or ``"scip"`` (SCIP through OR-Tools,
-one thread).  On ``benchmarks/bench_solvers.py`` (2 cores) CP-SAT was the faster on the
-larger instances (DenseNet-201-like 1.8 s against 3.7 s) and the two were within noise on
-the smaller ones; HiGHS through scipy was slower than CP-SAT everywhere.
+complete hint, then the backend (:mod:`~solvers.ilp_backends`): ``"cp-sat"`` (default:
+OR-Tools CP-SAT on ``workers`` threads, default the machine's cores) or ``"scip"`` (SCIP
+through OR-Tools, one thread).  On ``benchmarks/bench_solvers.py`` (2 cores) CP-SAT was
+the faster on the larger instances (DenseNet-201-like 1.8 s against 3.7 s) and the two
+were within noise on the smaller ones; HiGHS through scipy was slower than CP-SAT
+everywhere.
 
 Anytime: with ``time_limit`` the best solution found (never worse than the PBQP hint)
 comes back with the backend's proven lower bound.  Without a time limit there is no hint:

@@ -27,8 +27,8 @@ def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
     * ``"dp"``: exact bucket elimination (option ``max_table_entries``; raises
       :class:`~solvers.TableTooLarge` above it);
     * ``"ilp"``: exact 0-1 ILP on OR-Tools (options ``backend="cp-sat" | "scip"``,
-      ``workers``, ``warm_start``); anytime with ``time_limit``: the best solution found and a proven
-      ``bound``, ``optimal`` only when the gap is closed;
+      ``workers``, ``warm_start``); anytime with ``time_limit``: the best solution found
+      and a proven ``bound``, ``optimal`` only when the gap is closed;
     * ``"pbqp"``: Scholz-Eckstein reductions (heuristic on dense graphs);
     * ``"brute"``: tiny problems only.
 
