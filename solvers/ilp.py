@@ -5,9 +5,9 @@ Steps: :func:`~solvers.presolve.presolve` (exact shrinking), the model of
 complete hint, then the backend (:mod:`~solvers.ilp_backends`): ``"cp-sat"`` (default:
 OR-Tools CP-SAT on ``workers`` threads, default the machine's cores) or ``"scip"`` (SCIP
 through OR-Tools, one thread).  On ``benchmarks/bench_solvers.py`` (2 cores) CP-SAT was
-the faster on the larger instances (DenseNet-201-like 1.8 s against 3.7 s) and the two
-were within noise on the smaller ones; HiGHS through scipy was slower than CP-SAT
-everywhere.
+the faster on the large instances, where dp's tables may not fit (DenseNet-201-like 1.7 s
+against 3.5 s), SCIP on those under 100 ms; HiGHS through scipy, this module's backend
+before, was slower than CP-SAT on every instance.
 
 Anytime: with ``time_limit`` the best solution found (never worse than the PBQP hint)
 comes back with the backend's proven lower bound.  Without a time limit there is no hint:

@@ -1,7 +1,7 @@
 """MILP backends for :class:`~solvers.linear_model.LinearModel`: OR-Tools CP-SAT and SCIP
 (through OR-Tools' model builder).  HiGHS through ``scipy.optimize.milp``, this package's
-backend before, was slower than both on every instance class of
-``benchmarks/bench_solvers.py``, so it is only a baseline there.
+backend before, was slower than CP-SAT on every instance of ``benchmarks/bench_solvers.py``,
+so it is only a baseline there (``benchmarks/highs_milp.py``).
 
 Each takes the model, a complete hint (column values, or None), a time limit and a
 number of workers, and returns a :class:`BackendResult` whose ``bound`` is a proven lower
