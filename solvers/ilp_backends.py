@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .linear_model import LinearModel, _Pair
+from .linear_model import LinearModel, PairBlock
 
 # CP-SAT needs an integer objective: costs are scaled by a power of two so that the
 # largest possible objective stays under 2**ACTIVITY_BITS (exact in float64, no int64
@@ -64,7 +64,7 @@ def _active_sum(m: LinearModel, per_column: np.ndarray) -> float:
     total = sum(float(per_column[ids].max()) for ids in m.x)
     for b in m.blocks:
         vals = per_column[b.ids]
-        total += float(vals.max()) if isinstance(b, _Pair) else float(vals.max(axis=0).sum())
+        total += float(vals.max()) if isinstance(b, PairBlock) else float(vals.max(axis=0).sum())
     return total
 
 

@@ -41,7 +41,7 @@ from .problem import Conversion, Problem
 
 
 @dataclass
-class _Pair:
+class PairBlock:
     """Columns ``ids[r, c]`` of a pairwise block: ``r = rows[choice of i]``, ``c = cols[...]``."""
 
     ids: np.ndarray
@@ -52,7 +52,7 @@ class _Pair:
 
 
 @dataclass
-class _Shared:
+class SharedBlock:
     """Columns ``ids[a, b]`` of a shared conversion (see the module docstring)."""
 
     ids: np.ndarray
@@ -71,7 +71,7 @@ class LinearModel:
     row_lo: np.ndarray
     row_hi: np.ndarray
     x: list[np.ndarray]  # column ids of each node's choices
-    blocks: list = field(default_factory=list)  # _Pair / _Shared, for values()
+    blocks: list[PairBlock | SharedBlock] = field(default_factory=list)  # for values()
 
     def values(self, choice) -> np.ndarray:
         """The column values of an integral ``choice`` (a complete hint / MIP start)."""
@@ -79,7 +79,7 @@ class LinearModel:
         for i, ids in enumerate(self.x):
             v[ids[choice[i]]] = 1.0
         for b in self.blocks:
-            if isinstance(b, _Pair):
+            if isinstance(b, PairBlock):
                 v[b.ids[b.rows[choice[b.i]], b.cols[choice[b.j]]]] = 1.0
             else:
                 a = b.a_of[choice[b.src]]
@@ -150,7 +150,7 @@ def _conversion(b: _Builder, x: list[np.ndarray], conv: Conversion):
         v = b.columns(tab)
         b.marginals(v, 0, a_of, x[conv.src])
         b.marginals(v, 1, b_of, x[d])
-        return _Pair(v, conv.src, a_of, d, b_of)
+        return PairBlock(v, conv.src, a_of, d, b_of)
     w = b.columns(tab)
     for aa in range(len(a_vals)):
         sel = x[conv.src][a_of == aa]
@@ -160,7 +160,7 @@ def _conversion(b: _Builder, x: list[np.ndarray], conv: Conversion):
     for d, b_of in consumers:
         for bb in np.unique(b_of):
             b.row(w[:, bb], x[d][b_of == bb], 0.0, np.inf)
-    return _Shared(w, conv.src, a_of, consumers)
+    return SharedBlock(w, conv.src, a_of, consumers)
 
 
 def linear_model(q: Problem) -> LinearModel:
@@ -185,6 +185,6 @@ def linear_model(q: Problem) -> LinearModel:
         y = b.columns(f.table)
         b.marginals(y, 0, f.idx[0], x[i])
         b.marginals(y, 1, f.idx[1], x[j])
-        blocks.append(_Pair(y, i, f.idx[0], j, f.idx[1]))
+        blocks.append(PairBlock(y, i, f.idx[0], j, f.idx[1]))
     blocks += [_conversion(b, x, conv) for conv in q.conversions if conv.dsts]
     return b.model(x, blocks)
