@@ -64,7 +64,9 @@ def solve_ilp(p: Problem, *, time_limit: float | None = None, backend: str = DEF
             pass
     t1 = time.perf_counter()
     values = None if hint is None else model.values(hint)
-    res = BACKENDS[backend](model, values, time_limit, workers or os.cpu_count() or 1)
+    # the limit covers the whole solve, presolve and warm start included
+    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+    res = BACKENDS[backend](model, values, left, workers or os.cpu_count() or 1)
     t2 = time.perf_counter()
     if res.status == "infeasible":
         raise Infeasible("every assignment has infinite cost (ILP infeasible)")
