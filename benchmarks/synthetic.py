@@ -9,7 +9,7 @@ Classes are indices into BLOCKS; the network input and outputs are plain NCHW (b
 
 >>> p = chain(4, seed=0)
 >>> p.num_nodes, len(p.conversions)
-(5, 4)
+(6, 5)
 """
 from __future__ import annotations
 
@@ -137,12 +137,13 @@ def inception(modules: int = 9, seed: int = 0) -> Problem:
     return b.build()
 
 
-def densenet121(seed: int = 0, growth: int = 32) -> Problem:
-    """120 convs; concat j of a dense block reads the block input and every earlier layer."""
+def densenet(seed: int = 0, blocks=(6, 12, 24, 16), growth: int = 32) -> Problem:
+    """2 * sum(blocks) + 4 convs; concat j of a dense block reads the block input and every
+    earlier layer (DenseNet-121: blocks 6, 12, 24, 16; DenseNet-201: 6, 12, 48, 32)."""
     b = Builder(seed)
     x = b.conv(b.input(3, 224), 3, 64, 112, k=7)
     c, hw = 64, 56
-    for n, layers in enumerate([6, 12, 24, 16]):
+    for n, layers in enumerate(blocks):
         feats, chans = [x], [c]
         for _ in range(layers):
             cat = b.join(list(feats), list(chans), sum(chans), hw) if len(feats) > 1 else feats[0]
@@ -152,12 +153,60 @@ def densenet121(seed: int = 0, growth: int = 32) -> Problem:
             chans.append(growth)
         cat = b.join(list(feats), list(chans), sum(chans), hw)
         c = sum(chans)
-        if n < 3:
+        if n < len(blocks) - 1:
             c //= 2
             x = b.conv(cat, sum(chans), c, hw, 1)
             hw //= 2
         else:
             x = cat
+    b.output(x)
+    return b.build()
+
+
+def densenet121(seed: int = 0) -> Problem:
+    """120 convs."""
+    return densenet(seed, (6, 12, 24, 16))
+
+
+def densenet201(seed: int = 0) -> Problem:
+    """200 convs."""
+    return densenet(seed, (6, 12, 48, 32))
+
+
+def inception_v3(seed: int = 0) -> Problem:
+    """94 convs as in Inception-v3: stem, 3 A, reduction A, 4 C (7x1 / 1x7 chains),
+    reduction B, 2 E (branches that split in two); pools are layout-agnostic, so a pool
+    branch is the module input itself."""
+    b = Builder(seed)
+
+    def chain(x, c, hw, convs):
+        for cout, k in convs:
+            x, c = b.conv(x, c, cout, hw, k), cout
+        return x, c
+
+    def module(x, c, hw, branches):
+        outs = [chain(x, c, hw, br) for br in branches]
+        total = sum(ch for _, ch in outs)
+        return b.join([o for o, _ in outs], [ch for _, ch in outs], total, hw), total
+
+    x, c = chain(b.input(3, 299), 3, 147, [(32, 3), (32, 3), (64, 3)])
+    x, c = chain(x, c, 71, [(80, 1), (192, 3)])
+    for pool in (32, 64, 64):
+        x, c = module(x, c, 35, [[(64, 1)], [(48, 1), (64, 5)], [(64, 1), (96, 3), (96, 3)],
+                                 [(pool, 1)]])
+    x, c = module(x, c, 17, [[(384, 3)], [(64, 1), (96, 3), (96, 3)], []])
+    for c7 in (128, 160, 160, 192):
+        x, c = module(x, c, 17, [[(192, 1)], [(c7, 1), (c7, 7), (192, 7)],
+                                 [(c7, 1), (c7, 7), (c7, 7), (c7, 7), (192, 7)], [(192, 1)]])
+    x, c = module(x, c, 8, [[(192, 1), (320, 3)], [(192, 1), (192, 7), (192, 7), (192, 3)], []])
+    for _ in range(2):
+        a, _ = chain(x, c, 8, [(384, 1)])
+        d, _ = chain(x, c, 8, [(448, 1), (384, 3)])
+        outs = [chain(x, c, 8, [(320, 1)]), chain(a, 384, 8, [(384, 3)]),
+                chain(a, 384, 8, [(384, 3)]), chain(d, 384, 8, [(384, 3)]),
+                chain(d, 384, 8, [(384, 3)]), chain(x, c, 8, [(192, 1)])]
+        total = sum(ch for _, ch in outs)
+        x, c = b.join([o for o, _ in outs], [ch for _, ch in outs], total, 8), total
     b.output(x)
     return b.build()
 
@@ -193,4 +242,6 @@ INSTANCES = {
     "inception-like": inception,
     "densenet121-like": densenet121,
     "ssd-like": ssd,
+    "densenet201-like": densenet201,
+    "inception-v3-like": inception_v3,
 }

@@ -25,7 +25,7 @@ from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import required_transforms, select
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
-SOLVERS = ("dp", "ilp", "pbqp")
+SOLVERS = ("auto", "dp", "ilp", "pbqp")
 
 
 class GraphTuner:
@@ -109,11 +109,11 @@ class GraphTuner:
         return self.transforms.estimate_missing(self.required_transforms())
 
     # -- solving ---------------------------------------------------------------------
-    def solve(self, solver: str = "dp", time_limit: float | None = None) -> Plan:
+    def solve(self, solver: str = "auto", time_limit: float | None = None) -> Plan:
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
-        if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 < time_limit < math.inf):
-            raise GraphTunerError(f"--time-limit must be a positive number of seconds, got {time_limit!r}")
+        if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 <= time_limit < math.inf):
+            raise GraphTunerError(f"--time-limit must be a number of seconds >= 0, got {time_limit!r}")
         if self.kind == "cuda":
             return self._cuda_plan()
         missing = self.missing_transforms()

@@ -198,7 +198,8 @@ class Plan:
         for name, ms in self.baselines_ms.items():
             lines.append(f"  {name.replace('_', ' ')}: " + ("n/a" if ms is None else f"{ms:.4f} ms"))
         proof = "optimal (proven)" if self.optimal else "not proven optimal"
-        bound = f", bound {self.bound_ms:.4f} ms" if self.bound_ms is not None else ""
+        gap = "" if self.optimal or self.bound_ms is None else f", gap {self.cost - self.bound_ms:.4f} ms"
+        bound = f", bound {self.bound_ms:.4f} ms{gap}" if self.bound_ms is not None else ""
         lines.append(f"solver: {self.solver}, {self.solve_seconds * 1e3:.1f} ms, {proof}{bound}")
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)

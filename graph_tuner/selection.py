@@ -215,8 +215,8 @@ def select(flow: LayoutFlow, candidates: dict[str, list], transform_seconds: dic
     """Choose a candidate per conv and a block per join minimising kernels + transforms;
     the plan of that choice (:func:`graph_tuner.plan.plan_from_choice`).
 
-    ``method`` is the solver's (:func:`solvers.solve`); dp falls back to ilp when its table
-    cap is hit, with a note. Transforms whose cost is in ``estimated`` are marked so.
+    ``method`` is the solver's (:func:`solvers.solve`; ``auto``: the plan says which ran and
+    why). Transforms whose cost is in ``estimated`` are marked so.
     ``meta`` fills the plan's other fields (``target``, ``notes``, ...).
     """
     from solvers import Infeasible, TableTooLarge, solve
@@ -225,19 +225,16 @@ def select(flow: LayoutFlow, candidates: dict[str, list], transform_seconds: dic
     notes = list(meta.pop("notes", []))
     t0 = time.perf_counter()
     try:
-        try:
-            sol = solve(sp.problem, method=method, time_limit=time_limit)
-        except TableTooLarge as e:
-            if method != "dp":
-                raise
-            notes.append(f"dp's table cap was hit ({e}); solved with ilp instead")
-            method = "ilp"
-            sol = solve(sp.problem, method=method, time_limit=time_limit)
+        sol = solve(sp.problem, method=method, time_limit=time_limit)
+    except TableTooLarge as e:
+        raise GraphTunerError(f"{e}; use --solver auto (dp if it fits, else ilp)") from None
     except Infeasible:
         raise GraphTunerError(
             "no feasible plan: every combination of candidates needs an impossible layout transform"
         ) from None
     elapsed = time.perf_counter() - t0
+    if method == "auto":  # say which ran and why
+        method = f"{sol.method} (auto: {sol.stats['auto']})"
     convs, joins = choice_of(sp, sol.choice)
     plan = plan_from_choice(flow, convs, joins, sp.transform_ms, **{"solver": method} | meta,
                             optimal=bool(sol.optimal), bound_ms=sol.bound, solve_seconds=elapsed, notes=notes)

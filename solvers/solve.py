@@ -2,27 +2,51 @@
 
 >>> from solvers import Problem
 >>> p = Problem(); a = p.add_node([3., 1., 2.])
->>> [solve(p, method=m).choice for m in ("dp", "ilp", "pbqp", "brute")]
-[[1], [1], [1], [1]]
+>>> [solve(p, method=m).choice for m in ("auto", "dp", "ilp", "pbqp", "brute")]
+[[1], [1], [1], [1], [1]]
+>>> s = solve(p); s.method, s.stats["auto"]
+('dp', "dp's tables fit its memory cap")
 """
 from __future__ import annotations
 
 from .problem import Problem
-from .solution import Solution
+from .solution import Solution, TableTooLarge
 
-METHODS = ("dp", "ilp", "pbqp", "brute")
+METHODS = ("auto", "dp", "ilp", "pbqp", "brute")
 
 
-def solve(p: Problem, method: str = "dp", time_limit: float | None = None, **options) -> Solution:
+def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
+          **options) -> Solution:
     """Minimise ``p.evaluate`` over all choices.
 
-    ``method``: ``"dp"`` (exact bucket elimination; option ``max_table_entries``, raises
-    :class:`~solvers.TableTooLarge` above it), ``"ilp"`` (exact MILP via HiGHS),
-    ``"pbqp"`` (Scholz-Eckstein reductions; heuristic on dense graphs) or ``"brute"``
-    (tiny problems only).  ``time_limit`` (seconds) is honoured by ``ilp``, which then
-    returns its incumbent with ``optimal=False``; the other methods run to completion.
+    ``method``:
+
+    * ``"auto"`` (default): ``dp`` when its tables fit its cap (option
+      ``max_table_entries``), else ``ilp`` (warm-started from PBQP; the other options go to
+      it); ``stats["auto"]`` says which ran and why.
+    * ``"dp"``: exact bucket elimination (option ``max_table_entries``; raises
+      :class:`~solvers.TableTooLarge` above it);
+    * ``"ilp"``: exact 0-1 ILP on OR-Tools (options ``backend="cp-sat" | "scip"``,
+      ``workers``, ``warm_start``); anytime with ``time_limit``: the best solution found
+      and a proven ``bound``, ``optimal`` only when the gap is closed;
+    * ``"pbqp"``: Scholz-Eckstein reductions (heuristic on dense graphs);
+    * ``"brute"``: tiny problems only.
+
+    ``time_limit`` (seconds) is honoured by ``ilp``; the other methods run to completion.
     Raises :class:`~solvers.Infeasible` when every assignment costs inf.
     """
+    if method == "auto":
+        from .dp import MAX_TABLE_ENTRIES, solve_dp
+        from .ilp import solve_ilp
+        cap = options.pop("max_table_entries", MAX_TABLE_ENTRIES)
+        try:
+            s = solve_dp(p, max_table_entries=cap)
+            s.stats["auto"] = "dp's tables fit its memory cap"
+        except TableTooLarge as e:
+            s = solve_ilp(p, time_limit=time_limit, **options)
+            why = str(e).split(";")[0]  # drop its advice to use ilp: that is what runs
+            s.stats["auto"] = f"dp's table cap was hit: {why}"
+        return s
     if method == "dp":
         from .dp import solve_dp
         return solve_dp(p, **options)

@@ -140,7 +140,7 @@ def _cases() -> list:
         c += [(cmd, base, env) for env in BAD_ENV]
         c += [(cmd, base + ["--no-such-option"], {}), (cmd, base[:1], {})]
     c += [("solve", SOLVE + extra, {}) for extra in (
-        ["--solver", "magic"], ["--time-limit", "-1"], ["--time-limit", "0"], ["--time-limit", "nan"],
+        ["--solver", "magic"], ["--time-limit", "-1"], ["--time-limit", "-0.5"], ["--time-limit", "nan"],
         ["--time-limit", "inf"], ["--time-limit", "soon"], ["--top-k", "0"], ["--top-k", "-3"], ["--top-k", "x"],
         ["--format", "v0.3"], ["--target", "opencl"], ["--target", ""], ["--transform-records", "{in}/nope.log"],
         ["--transform-records", "{in}"], ["--transform-records", "{in}/binary.log"],

@@ -84,16 +84,51 @@ def test_dp_table_cap_names_ilp():
     assert issubclass(TableTooLarge, ValueError)
 
 
-def test_ilp_time_limit_gives_incumbent_or_clear_error():
+@pytest.mark.parametrize("backend", ["cp-sat", "scip"])
+def test_ilp_time_limit_returns_a_valid_choice_and_a_bound(backend):
+    """Anytime: cut off at once, the ILP still returns the PBQP warm start (or better) with
+    a proven bound below it; optimal only if that bound closes the gap."""
     p = dense_problem(n=12, k=8, seed=3)
-    try:
-        s = solve(p, "ilp", time_limit=0.05)
-    except NoSolutionFound as e:
-        assert "limit" in str(e)
-        return
-    assert math.isfinite(s.cost) and s.cost == p.evaluate(s.choice)
-    if not s.optimal:
-        assert s.bound is None or s.bound <= s.cost
+    hint = solve(p, "pbqp")
+    s = solve(p, "ilp", time_limit=0.0, backend=backend)
+    assert s.cost == p.evaluate(s.choice) and s.cost <= hint.cost
+    assert 0.0 <= s.bound <= s.cost
+    assert s.optimal == (s.cost - s.bound <= 1e-9 * max(1.0, s.cost))
+
+
+def test_ilp_time_limit_bound_is_below_the_optimum():
+    """A short run's bound never exceeds the proven optimum of a full run."""
+    p = dense_problem(n=8, k=5, seed=1)
+    best = solve(p, "dp")
+    s = solve(p, "ilp", time_limit=0.05)
+    assert best.cost <= s.cost == p.evaluate(s.choice)
+    assert s.bound <= best.cost + 1e-9 * best.cost
+
+
+def test_ilp_starts_from_pbqp_only_under_a_time_limit():
+    p = cnn_like(0)
+    assert solve(p, "ilp").stats["hint_cost"] is None
+    assert solve(p, "ilp", time_limit=60).stats["hint_cost"] == solve(p, "pbqp").cost
+
+
+def test_ilp_without_warm_start_or_solution_is_a_clear_error():
+    p = dense_problem(n=12, k=8, seed=3)
+    with pytest.raises(NoSolutionFound, match="limit"):
+        solve(p, "ilp", time_limit=0.0, warm_start=False)
+
+
+def test_auto_falls_back_to_ilp_and_says_why():
+    p = dense_problem()
+    s = solve(p, "auto", max_table_entries=10_000)
+    assert s.method == "ilp" and "table cap" in s.stats["auto"] and s.optimal
+    assert abs(s.cost - solve(p, "dp").cost) <= 1e-9 * s.cost
+    d = solve(p, "auto")
+    assert d.method == "dp" and "fit" in d.stats["auto"] and d.cost == s.cost
+
+
+def test_unknown_ilp_backend_is_rejected():
+    with pytest.raises(ValueError, match="cp-sat"):
+        solve(dense_problem(), "ilp", backend="gurobi")
 
 
 def test_shared_conversion_is_paid_once_by_exact_methods():
@@ -132,13 +167,16 @@ def cnn_like(seed, n=30):
     return p
 
 
+@pytest.mark.parametrize("backend", ["cp-sat", "scip"])
 @pytest.mark.parametrize("seed", range(4))
-def test_dp_ilp_agree_beyond_brute_force(seed):
-    """Problems too big for brute force: the two exact methods must agree and pbqp never wins."""
+def test_dp_ilp_agree_beyond_brute_force(seed, backend):
+    """Problems too big for brute force, costs not exact in binary (CP-SAT's objective is
+    scaled to integers): the exact methods must agree and pbqp never wins."""
     p = cnn_like(seed)
-    d, i, b = solve(p, "dp"), solve(p, "ilp"), solve(p, "pbqp")
+    d, i, b = solve(p, "dp"), solve(p, "ilp", backend=backend), solve(p, "pbqp")
     assert d.optimal and i.optimal
     assert abs(d.cost - i.cost) <= 1e-9 * d.cost
+    assert i.bound <= i.cost and abs(i.bound - d.cost) <= 1e-9 * d.cost
     assert b.cost >= d.cost - 1e-9 * d.cost
 
 

@@ -110,16 +110,37 @@ def test_dp_equals_brute(spec, variant):
     assert close(s.bound, best)
 
 
+@pytest.mark.parametrize("backend, warm_start", [
+    ("cp-sat", True), ("cp-sat", False), ("scip", True)])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems())
-def test_ilp_equals_brute(spec):
+@given(spec=problems())
+def test_ilp_equals_brute(spec, backend, warm_start):
+    """Every backend, with and without the PBQP hint: the optimum and a tight proven bound."""
+    p, best = build(spec), reference_optimum(spec)
+    options = {"backend": backend, "warm_start": warm_start}
+    if math.isinf(best):
+        with pytest.raises(Infeasible):
+            solve(p, "ilp", **options)
+        return
+    s = solve(p, "ilp", **options)
+    assert s.optimal and close(s.cost, best) and close(s.cost, p.evaluate(s.choice))
+    assert s.bound <= s.cost and close(s.bound, best)
+
+
+@SETTINGS
+@given(problems(), st.sampled_from([1, 10**9]))
+def test_auto_equals_brute_and_says_which_ran(spec, cap):
+    """auto is dp when its tables fit (cap 1e9), else the ILP (cap 1: nothing fits)."""
     p, best = build(spec), reference_optimum(spec)
     if math.isinf(best):
         with pytest.raises(Infeasible):
-            solve(p, "ilp")
+            solve(p, "auto", max_table_entries=cap)
         return
-    s = solve(p, "ilp")
+    s = solve(p, "auto", max_table_entries=cap)
     assert s.optimal and close(s.cost, best) and close(s.cost, p.evaluate(s.choice))
+    assert (s.method == "dp") == s.stats["auto"].startswith("dp's tables fit")
+    if cap > 1:
+        assert s.method == "dp"
 
 
 @SETTINGS

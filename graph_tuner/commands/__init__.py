@@ -26,8 +26,30 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_seconds(text: str) -> float:
+    """argparse type for solver time limits: a finite number of seconds, 0 or more.
+
+    >>> nonnegative_seconds("0")
+    0.0
+    """
+    value = _seconds(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
-    """argparse type for time limits: a finite number of seconds above 0.
+    """argparse type for time budgets: a finite number of seconds above 0.
 
     >>> positive_seconds("2.5")
     2.5
@@ -36,11 +58,8 @@ def positive_seconds(text: str) -> float:
     ...
     argparse.ArgumentTypeError: expected a positive number of seconds, got '-1'
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    value = _seconds(text)
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, positive_int, positive_seconds
+from graph_tuner.commands import check_paths, nonnegative_seconds, positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -21,8 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log (default: for zoo models, the log shipped in data/ for this CPU, else another CPU's)")
     p.add_argument("--target", default="llvm", help="'llvm ...' (x86, default) or 'cuda ...'")
     p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
-    p.add_argument("--solver", choices=("dp", "ilp", "pbqp"), default="dp", help="default dp (exact; falls back to ilp if its table cap is hit)")
-    p.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS", help="solver time limit (ilp/pbqp)")
+    p.add_argument("--solver", choices=("auto", "dp", "ilp", "pbqp"), default="auto",
+                   help="default auto: dp (exact) if its tables fit its memory cap, else ilp (exact, OR-Tools "
+                        "CP-SAT; anytime with --time-limit)")
+    p.add_argument("--time-limit", type=nonnegative_seconds, metavar="SECONDS",
+                   help="ilp time limit: the best plan found and a proven bound (its gap is printed); "
+                        "0: the PBQP warm start and its bound")
     p.add_argument("--top-k", type=positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
     p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
     p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
