@@ -33,19 +33,17 @@ def nonnegative_seconds(text: str) -> float:
     0.0
     """
     value = _seconds(text)
-    if value < 0:
+    if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
     return value
 
 
 def _seconds(text: str) -> float:
+    """``text`` as a float; NaN when it is no number (the callers' range checks refuse it)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text!r}")
-    return value
+        return math.nan
 
 
 def positive_seconds(text: str) -> float:
@@ -59,7 +57,7 @@ def positive_seconds(text: str) -> float:
     argparse.ArgumentTypeError: expected a positive number of seconds, got '-1'
     """
     value = _seconds(text)
-    if value <= 0:
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
