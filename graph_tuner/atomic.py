@@ -11,9 +11,11 @@ naming the path.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -40,13 +42,22 @@ def _unwritable(path: Path, e: OSError) -> GraphTunerError:
     return GraphTunerError(f"{path}: cannot write the output ({why}); choose another path")
 
 
+# A temp file this old was left by a writer killed before its rename, not one at work.
+STALE_S = 3600.0
+
+
 def _temp_beside(path: Path) -> tuple[int, str]:
-    """A new temp file in ``path``'s folder (created if missing), with the output's mode."""
+    """A new temp file in ``path``'s folder (created if missing), with the output's mode;
+    temp files of ``path`` that killed writers left there are removed first."""
     if path.is_dir():
         raise GraphTunerError(f"{path}: is a folder; give a file path for the output")
     folder = path.parent if str(path.parent) else Path(".")
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob(f".{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if time.time() - old.stat().st_mtime > STALE_S:
+                    old.unlink()
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as e:
         raise _unwritable(path, e) from None

@@ -64,3 +64,17 @@ def test_a_folder_in_the_way_is_named(tmp_path):
         atomic_write_text(tmp_path / "file" / "out.log", "x")
     with pytest.raises(GraphTunerError, match="is a folder"):
         atomic_write_text(tmp_path, "x")
+
+
+def test_temp_files_of_killed_writers_are_swept(tmp_path):
+    """A kill between writing the temp file and renaming it leaves `.NAME.*.tmp`; the next
+    write of NAME removes those older than an hour, and leaves a live writer's alone."""
+    stale, live, other = (tmp_path / ".plan.log.abc.tmp", tmp_path / ".plan.log.def.tmp",
+                          tmp_path / ".other.log.abc.tmp")
+    for p in (stale, live, other):
+        p.write_text("partial")
+    old = os.stat(stale).st_mtime - 2 * atomic.STALE_S
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    atomic_write_text(tmp_path / "plan.log", "x\n")
+    assert not stale.exists() and live.exists() and other.exists()
