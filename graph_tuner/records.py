@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gzip
 import json
 import os
 import statistics
 import time as _time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +223,11 @@ def read_records(
             data = path.read_bytes()
         except OSError as e:
             raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
+        if data.startswith(b"\x1f\x8b"):  # gzip's magic: a compressed log (data/<cpu>/*.log.gz)
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as e:
+                raise GraphTunerError(f"{path}: a damaged gzip file ({e}); compress the log again") from None
         # bytes.splitlines: the line numbers an editor shows (str.splitlines also splits
         # at U+2028 and other separators that may sit inside a JSON string).
         items: Iterable = data.removeprefix(b"\xef\xbb\xbf").splitlines()  # a BOM is no record

@@ -1,6 +1,6 @@
 """The tuning logs shipped in ``data/``, one folder per CPU they were tuned on.
 
-``data/<cpu>/<model>.log``, where ``<cpu>`` is LLVM's name for the CPU (the records'
+``data/<cpu>/<model>.log`` (or ``.log.gz``: ``solve`` reads either), where ``<cpu>`` is LLVM's name for the CPU (the records'
 ``-mcpu=``, e.g. ``rocketlake``, ``znver4``). A log's kernel and transform times are that
 machine's: a plan solved from them is optimal there, so the main job prefers the log of
 the CPU it runs on.
@@ -15,14 +15,27 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 
+def _logs() -> list[Path]:
+    # Plain, or gzip-compressed where a log would grow the repository by megabytes.
+    return sorted([*DATA_DIR.glob("*/*.log"), *DATA_DIR.glob("*/*.log.gz")])
+
+
+def _model_of(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".log")
+
+
 def shipped_logs(model: str) -> dict[str, Path]:
     """``{cpu: path}`` of the shipped logs of ``model``."""
-    return {p.parent.name: p for p in sorted(DATA_DIR.glob(f"*/{model}.log"))}
+    return {p.parent.name: p for p in _logs() if _model_of(p) == model}
 
 
 def shipped_models() -> list[str]:
-    """The models some shipped log covers."""
-    return sorted({p.stem for p in DATA_DIR.glob("*/*.log")})
+    """The models some shipped log covers.
+
+    >>> {"mobilenet-v2", "resnet-18", "resnet-50"} <= set(shipped_models())
+    True
+    """
+    return sorted({_model_of(p) for p in _logs()})
 
 
 def shipped_log(model: str) -> Path | None:

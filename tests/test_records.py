@@ -335,3 +335,17 @@ def test_apply_records_rejects_a_malformed_log(tmp_path):
     path.write_text(GOOD_V02.replace("[0.0001]", "[NaN]") + "\n")
     with pytest.raises(GraphTunerError, match=r"opt.log:1: .*cost nan is not a measured time"):
         apply_records("resnet-18", path)
+
+
+def test_a_gzip_compressed_log_reads_as_the_plain_one(tmp_path):
+    import gzip
+
+    plain = DATA / "tvm010_x86_v02.log"
+    packed = tmp_path / "log.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = read_records(plain), read_records(packed)
+    assert a.records == b.records and len(a.records) > 0
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(packed.read_bytes()[:40])
+    with pytest.raises(GraphTunerError, match=r"cut.log.gz: a damaged gzip file"):
+        read_records(cut)
