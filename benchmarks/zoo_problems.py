@@ -1,8 +1,8 @@
 """The real selection problems of zoo models, as ``graph-tuner solve`` builds them.
 
 ResNet-50 uses a real tuning log (``data/znver4/resnet-50.log``: kernel and transform
-times measured on a Zen 4 EPYC).  Inception-v3, DenseNet-121 and SSD have no real log, so
-one is made with the real tuner's search over each distinct workload but a *synthetic*,
+times measured on a Zen 4 EPYC), and so does any model with a log shipped in ``data/``.
+A model without one (SSD) gets a log made with the real tuner's search over each distinct workload but a *synthetic*,
 deterministic kernel time (:func:`synthetic_seconds`), and transform times are estimated
 by ``TransformCosts.estimate_missing`` fitted on the ResNet-50 log's measured transforms:
 those problems have real structure (layers, candidates per layer, joins, shared
@@ -35,10 +35,18 @@ def synthetic_seconds(workload, config) -> float:
     return workload.flops / speed * (0.8 + 0.8 * noise)
 
 
+def real_log(model: str) -> Path | None:
+    """A tuning log shipped for ``model`` (this CPU's first), if any: ResNet-50's always."""
+    from graph_tuner.shipped import shipped_log
+
+    return REAL_LOG if model == "resnet-50" else shipped_log(model)
+
+
 def zoo_problem(model: str, log_dir: Path, trials: int | None = None) -> Problem:
-    """The selection problem of ``model`` (top 20 candidates per layer, as the CLI)."""
-    if trials is None:
-        gt = GraphTuner(model, REAL_LOG)
+    """The selection problem of ``model`` (top 20 candidates per layer, as the CLI): from its
+    shipped log when there is one, else with synthetic times (``trials`` per workload)."""
+    if real_log(model) is not None:
+        gt = GraphTuner(model, real_log(model))
     else:
         log = log_dir / f"{model}.synthetic-{trials}.log"
         if not log.exists():
@@ -58,6 +66,6 @@ def zoo_problems(models=tuple(MODELS), log_dir: Path = Path("/tmp/graph-tuner-be
     """``{"<model> (real|synthetic times)": Problem}``."""
     out = {}
     for m in models:
-        kind = "real" if MODELS[m] is None else "synthetic times"
+        kind = "real" if real_log(m) is not None else "synthetic times"
         out[f"{m} ({kind})"] = zoo_problem(m, log_dir, MODELS[m])
     return out
