@@ -5,17 +5,23 @@ import argparse
 
 from graph_tuner.commands import positive_int
 
+# The networks a CPU deployment meets: plain and bottleneck residual, depthwise, multi-branch
+# with concats, dense concats (issue 19).
+DEFAULT_MODELS = ("resnet-18", "resnet-50", "mobilenet-v2", "inception-v3", "densenet-121")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
         help="end-to-end latency: graph-tuned vs history-best vs default plans vs onnxruntime",
-        description="For each MODEL (default resnet-18): take the tuning log shipped for this CPU "
+        description=f"For each MODEL (default: {', '.join(DEFAULT_MODELS)}): take the tuning log shipped for this CPU "
         "(data/CPU/MODEL.log) or tune one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
         "onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
         "and a PNG chart, and flags medians more than 5% slower than the previous results file in OUT.",
     )
-    p.add_argument("models", nargs="*", default=["resnet-18"], metavar="MODEL", help="zoo names (default resnet-18)")
+    p.add_argument("models", nargs="*", default=list(DEFAULT_MODELS), metavar="MODEL",
+                   help=f"zoo names (default {' '.join(DEFAULT_MODELS)}; a model without a log shipped "
+                        "for this CPU is tuned first, minutes each)")
     p.add_argument("--out", default="bench-results", metavar="DIR", help="results folder (default bench-results)")
     p.add_argument("--trials", type=positive_int, default=40, metavar="N",
                    help="tuning trials per workload when a model has no shipped log (default 40)")
