@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="end-to-end latency: graph-tuned vs history-best vs default plans vs onnxruntime",
         description=f"For each MODEL (default: {', '.join(DEFAULT_MODELS)}): take the tuning log shipped for this CPU "
         "(data/CPU/MODEL.log) or tune one, solve, then run side by side in this process the graph-tuned, history-best and default plans, "
-        "onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
+        "OpenVINO and onnxruntime (same weights, exported to ONNX) and PyTorch if importable. Writes OUT/<timestamp>.json "
         "and a PNG chart, and flags medians more than 5% slower than the previous results file in OUT.",
     )
     p.add_argument("models", nargs="*", default=list(DEFAULT_MODELS), metavar="MODEL",
