@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graph_tuner.fusion import FOLDABLE, Step, affine_chain, plan_steps  # noqa: F401 (plan_steps: doctest)
+from graph_tuner.fusion import FOLDABLE, Step, affine_chain
 from graph_tuner.model import Model, Op
 
 
@@ -29,7 +29,7 @@ def op_affine(op: Op, q: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]
 
 def fold_affine(model: Model, s: Step, params: dict[str, dict[str, np.ndarray]]
                 ) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """An affine chain (see :func:`plan_steps`) as per-channel ``(scale, shift, activation)``:
+    """An affine chain (see :func:`graph_tuner.fusion.plan_steps`) as per-channel ``(scale, shift, activation)``:
     ``act(x * scale + shift)``.
 
     >>> from graph_tuner.builder import GraphBuilder
@@ -63,6 +63,7 @@ def fold_into_conv(model: Model, step: Step, params: dict[str, dict[str, np.ndar
     >>> p = {"c": {"weight": np.full((1, 1, 1, 1), 2, np.float32)},
     ...      "bn": {k: np.array([v], np.float32) for k, v in
     ...             dict(gamma=3, beta=1, mean=4, var=0.25).items()}}
+    >>> from graph_tuner.fusion import plan_steps
     >>> w, bias = fold_into_conv(m, plan_steps(m)[0], p)
     >>> float(w.ravel()[0]), float(bias[0])  # 2 * 3/0.5 and (0 - 4) * 6 + 1
     (12.0, -23.0)
