@@ -90,11 +90,15 @@ def _cache_bytes(level: int, default: int) -> int:
     return default
 
 
-@functools.lru_cache(maxsize=None)
-def _target_machine() -> llvm.TargetMachine:
+def _new_target_machine() -> llvm.TargetMachine:
     cpu = host_cpu()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=cpu.name, features=cpu.features, opt=3, jit=True)
+
+
+# For passes, triple and data layout. An execution engine takes ownership of the machine it
+# is given and frees it with itself, so each engine gets its own (_new_target_machine).
+_target_machine = functools.lru_cache(maxsize=None)(_new_target_machine)
 
 
 class CompiledModule:
@@ -126,10 +130,11 @@ def _optimise(module: llvm.ModuleRef) -> None:
     pb.getModulePassManager().run(module, pb)
 
 
-def compile_ir(ir_text: str) -> CompiledModule:
-    """Parse, verify, optimise (-O3, host CPU) and JIT-compile LLVM IR text; cached by text."""
+def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
+    """Parse, verify, optimise (-O3, host CPU) and JIT-compile LLVM IR text; cached by text
+    unless ``cache`` is false (code naming one program's buffers is never asked for twice)."""
     with _lock:
-        if ir_text in _engines:
+        if cache and ir_text in _engines:
             return _engines[ir_text]
         _initialise()
         threads.ensure_runtime_loaded()  # gt_parallel must resolve when linking
@@ -138,10 +143,11 @@ def compile_ir(ir_text: str) -> CompiledModule:
         module.data_layout = str(_target_machine().target_data)
         module.verify()
         _optimise(module)
-        engine = llvm.create_mcjit_compiler(module, _target_machine())
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
         engine.finalize_object()
         compiled = CompiledModule(engine)
-        _engines[ir_text] = compiled
+        if cache:
+            _engines[ir_text] = compiled
         return compiled
 
 
@@ -295,17 +301,28 @@ class Kernel:
             addresses.append(a.ctypes.data)
         return addresses + [s.ctypes.data for s in self._scratch]
 
-    def bind(self, *args, nthreads: int | None = None, **kwargs):
+    def bind(self, *args, nthreads: int | None = None, **kwargs) -> BoundKernel:
         """A zero-argument callable running the kernel on these arrays (kept alive by it)."""
         arrays = dict(zip(self.arg_shapes, args), **kwargs)
         addresses = self._addresses(arrays)
         packed = (ctypes.c_void_p * len(addresses))(*addresses)
-        fn, n, address = self._fn, nthreads or threads.num_threads(), ctypes.addressof(packed)
-
-        def run(_keep=(self, arrays, packed)):  # self: the scratch buffers' addresses are in packed
-            fn(address, n)
-
-        return run
+        return BoundKernel(self._fn, self._module[self.name], ctypes.addressof(packed),
+                           nthreads or threads.num_threads(), (self, arrays, packed))
 
     def __call__(self, *args, **kwargs) -> None:
         self.bind(*args, **kwargs)()
+
+
+class BoundKernel:
+    """A kernel call with its arguments fixed: ``k()`` runs it. The raw parts
+    (``entry`` address, ``args`` address, ``nthreads``) let generated code call it
+    directly (:func:`kernels.sequence.compile_sequence`); ``keep`` holds the kernel,
+    arrays and packed addresses alive as long as the call can be made."""
+
+    __slots__ = ("_fn", "entry", "args", "nthreads", "keep")
+
+    def __init__(self, fn, entry: int, args: int, nthreads: int, keep: tuple):
+        self._fn, self.entry, self.args, self.nthreads, self.keep = fn, entry, args, nthreads, keep
+
+    def __call__(self) -> None:
+        self._fn(self.args, self.nthreads)

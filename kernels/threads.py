@@ -49,13 +49,13 @@ def ensure_runtime_loaded() -> None:
     with _lock:
         if _runtime is not None:
             return
-        from kernels.jit import _initialise, _target_machine
+        from kernels.jit import _initialise, _new_target_machine, _target_machine
 
         _initialise()
         module = llvm.parse_assembly(RUNTIME_IR)
         module.triple = _target_machine().triple
         module.verify()
-        engine = llvm.create_mcjit_compiler(module, _target_machine())
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
         engine.finalize_object()
         llvm.add_symbol("gt_parallel", engine.get_function_address("gt_parallel"))
         worker = engine.get_function_address("gt_worker")

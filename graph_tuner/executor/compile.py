@@ -25,7 +25,6 @@ True
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 import numpy as np
@@ -33,6 +32,7 @@ import numpy as np
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
+from graph_tuner.executor.memory import Views, allocate, plan_views
 from graph_tuner.fusion import Step, activation_of, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
@@ -82,28 +82,20 @@ def _written(s: Step) -> list[str]:
     return [s.output] + ([s.affine.output] if s.affine else [])
 
 
-def _allocate(actions: list[tuple], shapes: dict, pinned: set) -> dict:
-    """Buffers for ``actions`` (``([written keys], [read keys])`` in run order), reusing memory:
-    a buffer is free after its last read, unless pinned (inputs, outputs, kept tensors). A
-    step's outputs never share memory with its own inputs (allocated before they are freed)."""
-    last: dict = {}
-    for i, (_, reads) in enumerate(actions):
-        for r in reads:
-            last[r] = i
-    free: list[np.ndarray] = []  # whole owned buffers, by size
-    owner: dict = {}
-    arrays: dict = {}
-    for i, (written, reads) in enumerate(actions):
-        for w in written:
-            size = math.prod(shapes[w])
-            fits = [j for j, f in enumerate(free) if f.size >= size]
-            # Best fit: the smallest free buffer that holds it, else a new one.
-            owner[w] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else np.zeros(size, np.float32)
-            arrays[w] = owner[w][:size].reshape(shapes[w])
-        for k in dict.fromkeys([*reads, *written]):
-            if k not in pinned and last.get(k, i) == i:
-                free.append(owner[k])
-    return arrays
+def _views(model: Model, steps: list[Step], key, reads: _Reads, shapes: dict) -> Views:
+    """Concats written in place and reshapes as views (:mod:`.memory`): a channel concat at
+    batch 1 whose inputs can all be written into their slices, and flatten/reshape of a plain
+    tensor."""
+    ops = []
+    for s in steps:
+        head = model.op(s.ops[0])
+        if s.fused or len(s.ops) != 1:
+            continue
+        if head.kind == "concat" and _is_4d(head.shape) and head.shape[0] == 1 and head.attrs["axis"] in (1, -3):
+            ops.append(("concat", s.output, [key(i, reads(head.name, i)) for i in head.inputs]))
+        elif head.kind in ("flatten", "reshape"):
+            ops.append(("reshape", s.output, [key(head.inputs[0], reads(head.name, head.inputs[0]))]))
+    return plan_views(ops, shapes, model.inputs)
 
 
 def _shape(shape, block: int) -> tuple[int, ...]:
@@ -148,7 +140,8 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
     kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
-    arrays = _allocate(actions, shapes, kept)
+    views = _views(model, steps, key, reads, shapes)
+    arrays = allocate(actions, shapes, kept, views.place)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
@@ -170,9 +163,11 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     for name in model.inputs:
         emit_transforms(name)
     for s in steps:
-        if s.fused:
+        if s.fused:  # written by its conv's epilogue
             continue
-        if s.kind == "conv":
+        if s.output in views.done:  # a view: its inputs wrote it
+            pass
+        elif s.kind == "conv":
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers))
         else:
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
@@ -315,14 +310,17 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
     # A same-shape add may start the chain: the generated kernel adds it first.
     add = bool(affines) and affines[0] == ("add",) and model.op(head.inputs[0]).shape == model.op(head.inputs[1]).shape
     affines = affines[1:] if add else affines
-    if _is_4d(model.op(s.output).shape) and (affines or add) and all(item[0] == "affine" for item in affines):
+    shape = tuple(model.op(s.output).shape)
+    if len(shape) == 2:  # (N, C): a plain (N, C, 1, 1) image
+        shape += (1, 1)
+    if _is_4d(shape) and (affines or add) and all(item[0] == "affine" for item in affines):
         from kernels.elementwise import build_channel_affine
 
-        channels = model.op(s.output).shape[1]
-        scale, shift = np.ones(channels), np.zeros(channels)
+        scale, shift = np.ones(shape[1]), np.zeros(shape[1])
         for _, sc, sh in affines:  # compose: (x * s1 + t1) * s2 + t2
             scale, shift = scale * sc, shift * sc + sh
-        kernel = build_channel_affine(model.op(s.output).shape, blocks[s.output], act, add=add)
+        kernel = build_channel_affine(shape, blocks[s.output] if _is_4d(model.op(s.output).shape) else 1, act,
+                                      add=add)
         return kernel.bind(inputs[0].reshape(kernel.input_shape), scale.astype(np.float32),
                            shift.astype(np.float32), out.reshape(kernel.output_shape),
                            y=inputs[1].reshape(kernel.input_shape) if add else None)

@@ -1,8 +1,11 @@
 """A compiled network: a flat list of zero-argument calls over preallocated buffers.
 
-Built by :func:`graph_tuner.executor.compile_model`. Running it is one Python loop
-over bound calls (kernel calls with cached raw pointers, numpy ``out=`` calls);
-nothing is allocated and no shape is checked per run.
+Built by :func:`graph_tuner.executor.compile_model`. Each run of consecutive kernel
+steps is one native function calling the kernels in order
+(:mod:`kernels.sequence`); when every step is a generated kernel, as in every zoo
+model, a run is a single foreign call with no Python between steps. Nothing is
+allocated and no shape is checked per run. :meth:`Program.execute_stepwise` makes the
+same calls one by one from Python (what :meth:`Program.profile` times).
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from typing import Callable
 import numpy as np
 
 from graph_tuner.errors import GraphTunerError
+from kernels.jit import BoundKernel
+from kernels.sequence import compile_sequence
 
 CATEGORIES = ("conv", "transform", "other")
 
@@ -88,6 +93,7 @@ class Program:
         self.outputs = outputs  # output buffers, in the model's output order
         self.predicted_ms = predicted_ms
         self._calls = tuple(s.fn for s in steps)
+        self._segments = _native_segments(self._calls)
         self._tensors = tensors or {}  # name -> (buffer in its layout, NCHW shape)
         self.buffer_bytes = 0  # activation memory allocated (buffers are reused)
         self.tensor_bytes = 0  # what one buffer per tensor would take
@@ -116,8 +122,18 @@ class Program:
                                       f"{tuple(buf.shape)}, got {tuple(a.shape)}")
             np.copyto(buf, a, casting="same_kind")
 
+    @property
+    def foreign_calls(self) -> int:
+        """Calls from Python per run (1 when every step is a generated kernel)."""
+        return len(self._segments)
+
     def execute(self) -> None:
         """One run on the current input buffers."""
+        for call in self._segments:
+            call()
+
+    def execute_stepwise(self) -> None:
+        """One run, each step called from Python (the same kernels and buffers)."""
         for call in self._calls:
             call()
 
@@ -127,11 +143,11 @@ class Program:
         self.execute()
         return [o.copy() for o in self.outputs]
 
-    def benchmark(self, repeat: int = 20, warmup: int = 3):
+    def benchmark(self, repeat: int = 20, warmup: int = 3, stepwise: bool = False):
         """End-to-end latency: one run per sample (a :class:`kernels.timing.Timing`)."""
         from kernels.timing import measure
 
-        return measure(self.execute, number=1, repeat=repeat, warmup=warmup)
+        return measure(self.execute_stepwise if stepwise else self.execute, number=1, repeat=repeat, warmup=warmup)
 
     def profile(self, repeat: int = 10, warmup: int = 2) -> Profile:
         """Each step's median time over ``repeat`` whole-program runs (timer around every call)."""
@@ -148,3 +164,19 @@ class Program:
         med = np.median(times, axis=0) * 1e3
         return Profile([StepTime(s.name, s.category, s.ops, float(m), s.predicted_ms)
                         for s, m in zip(self.steps, med)])
+
+
+def _native_segments(calls: tuple[Callable[[], None], ...]) -> tuple[Callable[[], None], ...]:
+    """``calls`` with each run of consecutive bound kernels made one native call."""
+    segments: list[Callable[[], None]] = []
+    run: list[BoundKernel] = []
+    for call in calls + (None,):
+        if isinstance(call, BoundKernel):
+            run.append(call)
+            continue
+        if run:
+            segments.append(compile_sequence(run) if len(run) > 1 else run[0])
+            run = []
+        if call is not None:
+            segments.append(call)
+    return tuple(segments)
