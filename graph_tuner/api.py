@@ -22,7 +22,7 @@ from graph_tuner.layout_flow import analyse
 from graph_tuner.model import Model, load_model
 from graph_tuner.plan import Plan
 from graph_tuner.records import read_records, target_cpu
-from graph_tuner.selection import required_transforms, select
+from graph_tuner.selection import required_step_blocks, required_transforms, select
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
 SOLVERS = ("auto", "dp", "ilp", "pbqp")
@@ -57,6 +57,7 @@ class GraphTuner:
             raise GraphTunerError(f"unsupported target {target!r}: use 'llvm ...' (x86) or 'cuda ...'")
         self.log = read_records(records, skip_bad_lines=skip_bad_lines)
         self.transforms = TransformCosts()
+        self.step_ms: dict[str, dict[int, float]] | None = None  # the other steps' costs (benchmark_steps)
         self.warnings: list[str] = list(getattr(self.log, "warnings", []))
         self.convs = self.model.convs()
         self.workloads = [self.model.workload(op) for op in self.convs]
@@ -108,6 +109,19 @@ class GraphTuner:
         """Fill missing transform costs from a per-element model fitted on the known ones."""
         return self.transforms.estimate_missing(self.required_transforms())
 
+    def benchmark_steps(self) -> int:
+        """Time the steps that are not convs (pooling, elementwise, dense, ...) in every block
+        a plan could run them in, so the objective and the prediction cover the whole network
+        (:mod:`graph_tuner.executor.step_timing`). Returns how many (step, block) costs."""
+        from graph_tuner.executor.step_timing import costed_steps, step_ms
+
+        if self.kind != "llvm":
+            return 0
+        names = [s.ops[0] for s in costed_steps(self.model)]
+        wanted = required_step_blocks(self.flow, self.all_candidates, self._blocks(), names)
+        self.step_ms = step_ms(self.model, wanted)
+        return sum(len(v) for v in self.step_ms.values())
+
     # -- solving ---------------------------------------------------------------------
     def solve(self, solver: str = "auto", time_limit: float | None = None) -> Plan:
         if solver not in SOLVERS:
@@ -122,9 +136,11 @@ class GraphTuner:
                 f"{len(missing)} layout transform cost(s) unknown, e.g. {self.transforms.describe(missing[0])}; "
                 "call benchmark_layout_transforms(), load_transform_records() or estimate_transforms()"
             )
+        notes = list(self.warnings) + ([] if self.step_ms is not None else
+                                       ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
         plan = select(self.flow, self.candidates, self.transforms.seconds, self._blocks(), method=solver,
-                      time_limit=time_limit, estimated=self.transforms.estimated, target=self.target,
-                      notes=list(self.warnings))
+                      time_limit=time_limit, estimated=self.transforms.estimated, step_ms=self.step_ms,
+                      target=self.target, notes=notes)
         plan.baselines_ms = {}
         for name in ("history_best", "default"):
             base = self.baseline_plan(name)
@@ -166,7 +182,7 @@ class GraphTuner:
         if fixed is None:
             return None
         return select(self.flow, fixed, self.transforms.seconds, self._blocks(), solver=f"{name} (dp over joins)",
-                      estimated=self.transforms.estimated, target=self.target)
+                      estimated=self.transforms.estimated, step_ms=self.step_ms, target=self.target)
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)
@@ -237,7 +253,13 @@ def apply_records(
     blocks = sorted(set(blocks) | {_simd_lanes()})
     needed = required_transforms(flow, chosen, blocks)
     costs.fill(needed, measure=measure, estimate=not measure, progress=progress)
-    return select(flow, chosen, costs.seconds, blocks, estimated=costs.estimated, target=recs[0].target)
+    steps = None
+    if measure:  # the other steps, in the blocks this log's layouts can give them
+        from graph_tuner.executor.step_timing import costed_steps, step_ms
+
+        steps = step_ms(m, required_step_blocks(flow, chosen, blocks, [s.ops[0] for s in costed_steps(m)]))
+    return select(flow, chosen, costs.seconds, blocks, estimated=costs.estimated, step_ms=steps,
+                  target=recs[0].target)
 
 
 def _foreign_cpu_warnings(log, records) -> list[str]:

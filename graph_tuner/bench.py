@@ -69,6 +69,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     gt = GraphTuner(model, log, top_k=20)
     if gt.missing_transforms():
         gt.benchmark_layout_transforms(progress=progress)
+    gt.benchmark_steps()
     plans = {"graph_tuned": gt.solve()}
     notes = ([log_note] if log_note else []) + list(plans["graph_tuned"].notes)
     for base in ("history_best", "default"):

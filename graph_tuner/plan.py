@@ -76,6 +76,16 @@ class TransformChoice:
 
 
 @dataclass
+class StepChoice:
+    """A step that is not a conv (pooling, an elementwise chain, dense, ...), named by its
+    first op, runs in ``block`` (its source decision's output block)."""
+
+    name: str
+    block: int
+    time_ms: float
+
+
+@dataclass
 class Plan:
     """What runs: each conv layer's schedule, the block every op writes its output in
     (``blocks``; joins' own choice also in ``joins``), and every transform (the only ones
@@ -94,6 +104,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     records: list = field(default_factory=list)  # the records to emit (x86: per layer; cuda: per workload)
     blocks: dict[str, int] = field(default_factory=dict)  # op -> block of its output (1: plain)
+    steps: list[StepChoice] = field(default_factory=list)  # the other steps, when they were costed
 
     @property
     def kernel_ms(self) -> float:
@@ -104,9 +115,14 @@ class Plan:
         return sum(t.time_ms for t in self.transforms)
 
     @property
+    def step_ms(self) -> float:
+        return sum(s.time_ms for s in self.steps)
+
+    @property
     def cost(self) -> float:
-        """Predicted conv-kernel + layout-transform time, in milliseconds."""
-        return self.kernel_ms + self.transform_ms
+        """Predicted time in milliseconds: conv kernels + layout transforms + the other steps
+        (when costed: :mod:`graph_tuner.executor.step_timing`)."""
+        return self.kernel_ms + self.transform_ms + self.step_ms
 
     def records_text(self, version: str | float | None = None) -> str:
         """The records as log lines, one per conv layer (x86) or workload (CUDA)."""
@@ -143,6 +159,7 @@ class Plan:
             "totals_ms": {
                 "kernels": self.kernel_ms,
                 "transforms": self.transform_ms,
+                "other_steps": self.step_ms if self.steps else None,
                 "graph_tuned": self.cost,
                 **{k: v for k, v in self.baselines_ms.items()},
             },
@@ -194,6 +211,7 @@ class Plan:
         lines.append(
             f"total: {self.cost:.4f} ms = kernels {self.kernel_ms:.4f} + transforms {self.transform_ms:.4f}"
             f" ({len(self.transforms)} transforms)"
+            + (f" + other steps {self.step_ms:.4f} ({len(self.steps)} steps)" if self.steps else "")
         )
         for name, ms in self.baselines_ms.items():
             lines.append(f"  {name.replace('_', ' ')}: " + ("n/a" if ms is None else f"{ms:.4f} ms"))
@@ -206,13 +224,15 @@ class Plan:
 
 
 def plan_from_choice(flow: LayoutFlow, convs: Mapping[str, Any], joins: Mapping[str, int],
-                     transform_ms: Mapping[tuple, float] | None = None, **meta) -> Plan:
+                     transform_ms: Mapping[tuple, float] | None = None,
+                     step_ms: Mapping[str, Mapping[int, float]] | None = None, **meta) -> Plan:
     """The plan of one choice: ``convs`` maps each conv to its candidate, ``joins`` each join
     to its block. This is the one place that decides, from the flow's rules
     (:mod:`graph_tuner.layout_flow`), the block each op writes and which tensor is
     transformed to what for whom: the objective counts these transforms and the
     executor runs exactly these. ``transform_ms`` costs them by ``(shape, src, dst)``
-    (None: unknown, 0 ms); ``meta`` fills the other fields of :class:`Plan`.
+    (None: unknown, 0 ms), ``step_ms`` the other steps by first op and block (None: not
+    costed); ``meta`` fills the other fields of :class:`Plan`.
     """
     def out_block(decision: str) -> int:
         return 1 if decision == PLAIN else convs[decision].out_block if decision in convs else joins[decision]
@@ -235,5 +255,7 @@ def plan_from_choice(flow: LayoutFlow, convs: Mapping[str, Any], joins: Mapping[
               for i, op in enumerate(flow.convs)]
     meta = {"target": "llvm", "solver": "fixed", "optimal": False, "bound_ms": None, "solve_seconds": 0.0,
             "records": [lc.candidate.record for lc in layers]} | meta
-    return Plan(model=flow.model, layers=layers, transforms=transforms, joins=dict(joins),
-                blocks={op: out_block(d) for op, d in flow.source.items()}, **meta)
+    blocks = {op: out_block(d) for op, d in flow.source.items()}
+    steps = [StepChoice(name, blocks[name], ms[blocks[name]]) for name, ms in (step_ms or {}).items()]
+    return Plan(model=flow.model, layers=layers, transforms=transforms, joins=dict(joins), blocks=blocks,
+                steps=steps, **meta)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Callable, Mapping, Sequence
 
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import PLAIN, LayoutFlow, TensorFlow, layout_name
@@ -81,6 +81,29 @@ def required_transforms(flow: LayoutFlow, candidates: dict[str, list], blocks: S
     return sorted(keys)
 
 
+def required_step_blocks(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int],
+                         steps: Sequence[str]) -> dict[str, list[int]]:
+    """The blocks each of ``steps`` (non-conv steps, by first op) could run in: those its
+    source decision's choices produce."""
+    choices = _choices(flow, candidates, blocks)
+    return {name: sorted(set(_out_blocks(flow.source[name], choices))) for name in steps}
+
+
+def _step_costs(flow: LayoutFlow, choices: dict[str, list], step_ms: Mapping[str, Mapping[int, float]]
+                ) -> dict[str, list[float]]:
+    """Per decision, per choice: the ms of the non-conv steps running in the block it produces."""
+    extra: dict[str, list[float]] = {}
+    for name, by_block in step_ms.items():
+        d = flow.source[name]
+        outs = _out_blocks(d, choices)
+        row = extra.setdefault(d, [0.0] * len(outs))
+        for k, b in enumerate(outs):
+            if b not in by_block:
+                raise GraphTunerError(f"no cost for step '{name}' in {layout_name(b)}; measure the model's other ops")
+            row[k] += by_block[b]
+    return extra
+
+
 def _choices(flow: LayoutFlow, candidates: dict[str, list], blocks: Sequence[int]) -> dict[str, list]:
     out: dict[str, list] = {}
     for name, d in flow.decisions.items():
@@ -123,36 +146,43 @@ def build_problem(
     candidates: dict[str, list],
     transform_seconds: dict[TransformKey, float],
     blocks: Sequence[int] | None = None,
+    step_ms: Mapping[str, Mapping[int, float]] | None = None,
 ) -> SelectionProblem:
     """Build the solver problem.
 
     ``candidates`` maps each conv op name to its candidates (objects with ``in_block``,
     ``out_block``, ``time`` in seconds); ``transform_seconds`` must hold every key of
     :func:`required_transforms`. ``blocks`` are the block sizes joins may choose from
-    (default: every block some candidate uses, plus 1).
+    (default: every block some candidate uses, plus 1). ``step_ms`` costs the steps that
+    are not convs, by first op and block (:func:`required_step_blocks`): each adds to the
+    choices of the decision whose output block it runs in.
     """
     if blocks is None:
         blocks = sorted({1} | {b for cs in candidates.values() for c in cs for b in (c.in_block, c.out_block)})
     blocks = sorted(set(blocks) | {1})
     cls = {b: i for i, b in enumerate(blocks)}
     choices = _choices(flow, candidates, blocks)
+    extra = _step_costs(flow, choices, step_ms or {})
+
+    def plus(name: str, costs: list[float]) -> list[float]:
+        return [c + e for c, e in zip(costs, extra.get(name, [0.0] * len(costs)))]
 
     p = Problem()
     node: dict[str, int] = {}
     for name, d in flow.decisions.items():
         if d.kind == "plain":
-            node[name] = p.add_node([0.0])
+            node[name] = p.add_node(plus(name, [0.0]))
         elif d.kind == "conv2d":
             cands = choices[name]
             if not cands:
                 raise GraphTunerError(f"conv layer '{name}' has no candidate schedule")
-            node[name] = p.add_node([c.time * 1e3 for c in cands])
+            node[name] = p.add_node(plus(name, [c.time * 1e3 for c in cands]))
         else:
             if not choices[name]:
                 raise GraphTunerError(
                     f"{d.kind} '{name}': no layout block divides all its input channels {list(d.channels_in)}"
                 )
-            node[name] = p.add_node([0.0] * len(choices[name]))
+            node[name] = p.add_node(plus(name, [0.0] * len(choices[name])))
 
     for add, conv, matrix in _absorb_edges(flow, choices):
         p.add_edge(node[add], node[conv], matrix)
@@ -211,17 +241,19 @@ def choice_of(sp: SelectionProblem, choice: Sequence[int]) -> tuple[dict[str, ob
 
 def select(flow: LayoutFlow, candidates: dict[str, list], transform_seconds: dict[TransformKey, float],
            blocks: Sequence[int] | None = None, *, method: str = "dp", time_limit: float | None = None,
-           estimated: AbstractSet[TransformKey] = frozenset(), **meta) -> Plan:
+           estimated: AbstractSet[TransformKey] = frozenset(), step_ms: Mapping[str, Mapping[int, float]] | None = None,
+           **meta) -> Plan:
     """Choose a candidate per conv and a block per join minimising kernels + transforms;
     the plan of that choice (:func:`graph_tuner.plan.plan_from_choice`).
 
     ``method`` is the solver's (:func:`solvers.solve`; ``auto``: the plan says which ran and
-    why). Transforms whose cost is in ``estimated`` are marked so.
+    why). Transforms whose cost is in ``estimated`` are marked so. ``step_ms``: the other
+    steps' costs (:func:`build_problem`), in the objective and in the plan.
     ``meta`` fills the plan's other fields (``target``, ``notes``, ...).
     """
     from solvers import Infeasible, TableTooLarge, solve
 
-    sp = build_problem(flow, candidates, transform_seconds, blocks)
+    sp = build_problem(flow, candidates, transform_seconds, blocks, step_ms)
     notes = list(meta.pop("notes", []))
     t0 = time.perf_counter()
     try:
@@ -236,7 +268,7 @@ def select(flow: LayoutFlow, candidates: dict[str, list], transform_seconds: dic
     if method == "auto":  # say which ran and why
         method = f"{sol.method} (auto: {sol.stats['auto']})"
     convs, joins = choice_of(sp, sol.choice)
-    plan = plan_from_choice(flow, convs, joins, sp.transform_ms, **{"solver": method} | meta,
+    plan = plan_from_choice(flow, convs, joins, sp.transform_ms, step_ms, **{"solver": method} | meta,
                             optimal=bool(sol.optimal), bound_ms=sol.bound, solve_seconds=elapsed, notes=notes)
     for t in plan.transforms:
         t.estimated = t.key in estimated

@@ -259,8 +259,9 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
 
         def profile(self, repeat):
             order.append(("profile", self.name))
-            return Profile([StepTime("c", "conv", [], next(self.conv_ms), None),
-                            StepTime("t", "transform", [], 1.0, None)])
+            return Profile([StepTime("c", "conv", [], next(self.conv_ms), 9.0),
+                            StepTime("t", "transform", [], 1.0, 1.0),
+                            StepTime("p", "other", [], 0.5, None)])  # not costed: not in measured_planned_ms
 
     retimes = {"a": iter([10.0, 30.0, 11.0]), "b": iter([5.0, 5.0, 6.0])}
 
@@ -272,9 +273,9 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
     programs = {"a": FakeProgram("a", [9.0, 37.0, 10.0]), "b": FakeProgram("b", [4.0, 4.5, 4.2])}
     checks = plan_run.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
     assert order[:4] == [("profile", "a"), ("retime", "a"), ("profile", "b"), ("retime", "b")] and len(order) == 12
-    assert [s.median_ms for s in checks["a"].pop("profile").steps] == [10.0, 1.0]  # each step's median
+    assert [s.median_ms for s in checks["a"].pop("profile").steps] == [10.0, 1.0, 0.5]  # each step's median
     assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,
-                           "by_category_ms": {"conv": 10.0, "transform": 1.0, "other": 0.0}}
+                           "by_category_ms": {"conv": 10.0, "transform": 1.0, "other": 0.5}}
     assert checks["b"]["measured_planned_ms"] == pytest.approx(5.2) and checks["b"]["retimed_predicted_ms"] == 5.0
 
 

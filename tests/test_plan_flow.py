@@ -1,7 +1,7 @@
 """One plan flows downstream: on random model graphs, the transforms the compiled program
 runs are exactly the plan's list, and the solver's objective is exactly the plan's kernel
-plus transform costs (:func:`graph_tuner.plan.plan_from_choice` is the only place that
-decides them)."""
+plus transform costs plus the other steps' costs in the blocks the plan runs them in
+(:func:`graph_tuner.plan.plan_from_choice` is the only place that decides them)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,8 @@ from graph_tuner.candidates import Candidate
 from graph_tuner.executor import compile_model, run_reference
 from graph_tuner.layout_flow import analyse
 from graph_tuner.plan import plan_from_choice
-from graph_tuner.selection import build_problem, choice_of, required_transforms
+from graph_tuner.executor.step_timing import costed_steps
+from graph_tuner.selection import build_problem, choice_of, required_step_blocks, required_transforms
 from kernels.config import Conv2DConfig
 from solvers import solve
 
@@ -71,13 +72,18 @@ def test_the_program_runs_exactly_the_plans_transforms(model, data):
         candidates[op.name] = [Candidate(None, i, o, data.draw(st.floats(1e-6, 1e-4)), Conv2DConfig(i, o, 2), True)
                                for i, o in pairs]
     costs = {key: data.draw(st.floats(1e-7, 1e-4)) for key in required_transforms(flow, candidates, BLOCKS)}
-    sp = build_problem(flow, candidates, costs, BLOCKS)
+    wanted = required_step_blocks(flow, candidates, BLOCKS, [s.ops[0] for s in costed_steps(model)])
+    step_ms = {name: {b: data.draw(st.floats(1e-4, 1e-1)) for b in bs} for name, bs in wanted.items()}
+    sp = build_problem(flow, candidates, costs, BLOCKS, step_ms)
     sol = solve(sp.problem, method="dp")
     convs, joins = choice_of(sp, sol.choice)
-    plan = plan_from_choice(flow, convs, joins, sp.transform_ms)
+    plan = plan_from_choice(flow, convs, joins, sp.transform_ms, step_ms)
 
-    # The objective is the plan's kernels plus the plan's transforms, nothing else.
+    # The objective is the plan's kernels, transforms and other steps, nothing else; each
+    # other step is costed in the block the plan has it write.
     assert math.isclose(sp.problem.evaluate(sol.choice), plan.cost, rel_tol=1e-9)
+    assert sorted(c.name for c in plan.steps) == sorted(wanted)
+    assert all(c.time_ms == step_ms[c.name][plan.blocks[c.name]] for c in plan.steps)
     assert math.isclose(plan.transform_ms, sum(costs[t.key] for t in plan.transforms) * 1e3, rel_tol=1e-9)
     # The program runs exactly those transforms, one per (tensor, block), and computes the model.
     prog = compile_model(model, plan)
@@ -86,3 +92,23 @@ def test_the_program_runs_exactly_the_plans_transforms(model, data):
     x = np.random.default_rng(0).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
     for got, want in zip(prog.run(x), run_reference(model, model.params(), x)):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_a_costly_pool_layout_moves_the_conv():
+    """conv -> max pool: the conv's block-16 candidate is faster, but the pool after it is
+    slower in NCHW16c by more than the difference: the whole-network objective picks plain."""
+    b = GraphBuilder("t")
+    m = b.build(b.flatten(b.global_avg_pool(b.max_pool(b.conv(b.input((1, 16, 8, 8)), 16, 3, padding=1, name="c"),
+                                                        2, 2, name="mp"))))
+    flow = analyse(m)
+    fast16 = Candidate(None, 1, 16, 1.0e-5, Conv2DConfig(1, 16, 2), True)
+    plain = Candidate(None, 1, 1, 1.2e-5, Conv2DConfig(1, 1, 2), True)
+    costs = {key: 1e-6 for key in required_transforms(flow, {"c": [fast16, plain]}, (1, 16))}
+    steps = [s.ops[0] for s in costed_steps(m)]
+    assert steps[0] == "mp" and len(steps) == 2  # the pool and the global pool; flatten is a view
+    wanted = required_step_blocks(flow, {"c": [fast16, plain]}, (1, 16), steps)
+    for pool_16_ms, pick in ((0.001, fast16), (0.01, plain)):
+        step_ms = {name: {b: (pool_16_ms if b == 16 else 0.001) for b in bs} for name, bs in wanted.items()}
+        sp = build_problem(flow, {"c": [fast16, plain]}, costs, (1, 16), step_ms)
+        convs, joins = choice_of(sp, solve(sp.problem, method="dp").choice)
+        assert convs["c"] is pick

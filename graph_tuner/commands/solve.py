@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"graph-tuner: warning: {w}", file=sys.stderr)
     if gt.kind == "llvm":
         _transform_costs(gt, args)
+        if not args.transform_records:  # measuring on this machine: the other steps too
+            gt.benchmark_steps()
     plan = gt.solve(solver=args.solver, time_limit=args.time_limit)
     try:
         outputs = {out: plan.records_text(version=args.format)}

@@ -151,6 +151,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         return buffers[tensor] if key(tensor, b) == tensor else moved[(tensor, b)]
 
     out_steps: list[ProgramStep] = []
+    step_pred = {c.name: c.time_ms for c in plan.steps}
 
     def emit_transforms(tensor: str) -> None:
         for (t, b), ms in transforms.items():
@@ -171,7 +172,8 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers))
         else:
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
-                                                                                    buffers[s.output])))
+                                                                                    buffers[s.output]),
+                                         step_pred.get(s.ops[0])))
         # In the order the buffers were planned in (`actions`): a transform may reuse the
         # memory of a tensor whose last reader was the transform before it.
         for tensor in _written(s):

@@ -60,9 +60,9 @@ class Profile:
 
     @property
     def measured_planned_ms(self) -> float:
-        """Measured time of the parts the plan predicts (conv kernels + layout transforms)."""
-        by = self.by_category()
-        return by["conv"] + by["transform"]
+        """Measured time of the steps the plan predicts (conv kernels, layout transforms and,
+        when the plan costed them, the other steps)."""
+        return sum(s.median_ms for s in self.steps if s.predicted_ms is not None)
 
     def top(self, n: int = 10) -> list[StepTime]:
         return sorted(self.steps, key=lambda s: -s.median_ms)[:n]

@@ -1,0 +1,93 @@
+"""What the steps that are not convs cost, in each block they could run in.
+
+The objective counts conv kernels and layout transforms; the rest of the network
+(pooling, elementwise chains a conv epilogue cannot absorb, the classifier's dense,
+softmax) runs too, and in the layout its source decision picks
+(:attr:`graph_tuner.layout_flow.LayoutFlow.source`): a max pool after a conv runs in that
+conv's output block. Each such step is timed here, with the very callable the executor
+would run (:func:`graph_tuner.executor.compile._other_fn`) on random buffers, once per
+block asked for; identical steps (same ops, attributes and shapes) are timed once per
+process. Concats at batch 1 and reshapes are views (:mod:`.memory`): they cost nothing.
+
+>>> from graph_tuner.builder import GraphBuilder
+>>> b = GraphBuilder("t")
+>>> m = b.build(b.max_pool(b.conv(b.input((1, 3, 8, 8)), 16, 3, padding=1), 2, 2))
+>>> [s.ops for s in costed_steps(m)]
+[['max_pool2']]
+>>> ms = step_ms(m, {"max_pool2": [1, 16]}, repeat=3)
+>>> sorted(ms["max_pool2"]), all(v > 0 for v in ms["max_pool2"].values())
+([1, 16], True)
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from graph_tuner.fusion import Step, plan_steps
+from graph_tuner.model import Model
+
+_memo: dict[tuple, float] = {}  # step signature -> ms, for this process
+
+
+def is_view(model: Model, s: Step) -> bool:
+    """A step the executor can run as a view of its input's memory (no kernel)."""
+    head = model.op(s.ops[0])
+    if head.kind in ("flatten", "reshape"):
+        return True
+    return (head.kind == "concat" and len(head.shape) == 4 and head.shape[0] == 1
+            and head.attrs.get("axis") in (1, -3))
+
+
+def costed_steps(model: Model) -> list[Step]:
+    """The steps that run a kernel of their own and are not convs (named by their first op)."""
+    return [s for s in plan_steps(model) if s.kind != "conv" and not s.fused and not is_view(model, s)]
+
+
+def _signature(model: Model, s: Step, block: int) -> tuple:
+    ops = tuple((model.op(n).kind, repr(sorted(model.op(n).attrs.items())), tuple(model.op(n).shape)) for n in s.ops)
+    return ops, tuple(tuple(model.op(i).shape) for i in s.inputs), block
+
+
+def _blocked(shape, block: int) -> tuple[int, ...]:
+    if len(shape) != 4 or block == 1:
+        return tuple(shape)
+    n, c, h, w = shape
+    return (n, c // block, h, w, block)
+
+
+def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> float:
+    """Milliseconds of ``s`` run in ``block`` (its 4-d tensors blocked, the rest plain)."""
+    from graph_tuner.executor.compile import _other_fn
+    from kernels.timing import measure
+
+    rng = np.random.default_rng(0)
+
+    def block_of(tensor: str) -> int:
+        return block if len(model.op(tensor).shape) == 4 else 1
+
+    def read(reader: str, tensor: str, b: int | None = None) -> np.ndarray:
+        shape = _blocked(model.op(tensor).shape, block_of(tensor) if b is None else b)
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    blocks = {n: block_of(n) for n in s.ops}
+    out = np.empty(_blocked(model.op(s.output).shape, block_of(s.output)), np.float32)
+    fn = _other_fn(model, s, params, read, blocks, out)
+    return measure(fn, number=1, repeat=repeat, warmup=2).median_s * 1e3
+
+
+def step_ms(model: Model, wanted: Mapping[str, Iterable[int]], *, params: dict | None = None,
+            repeat: int = 15, memo: bool = True) -> dict[str, dict[int, float]]:
+    """``{step name: {block: ms}}`` for the steps (named by their first op) and blocks asked for
+    (``memo``: reuse this process's earlier timings of identical steps)."""
+    steps = {s.ops[0]: s for s in costed_steps(model)}
+    params = model.params(0) if params is None else params
+    out: dict[str, dict[int, float]] = {}
+    for name, blocks in wanted.items():
+        s = steps[name]
+        for b in sorted(set(blocks)):
+            key = _signature(model, s, b)
+            if key not in _memo or not memo:
+                _memo[key] = _time_step(model, s, b, params, repeat)
+            out.setdefault(name, {})[b] = _memo[key]
+    return out
