@@ -4,8 +4,8 @@ Usage (after tuning kernels into ``resnet-18.log``)::
 
     from graph_tuner import GraphTuner
     gt = GraphTuner("resnet-18", "resnet-18.log", target="llvm", top_k=20)
-    gt.benchmark_layout_transforms()          # or gt.load_transform_records(path)
-    plan = gt.solve(solver="dp")              # plan.cost, plan.optimal, plan.layers, plan.records
+    plan = gt.solve(measure=True)             # transforms timed here as a best plan needs them
+    # plan.cost, plan.optimal, plan.layers, plan.records
     plan.write_records("opt.log"); print(plan.report())
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Iterable
+from typing import Callable, Iterable
 
 from graph_tuner import candidates as cand
 from graph_tuner.environment import check_environment
@@ -22,7 +22,7 @@ from graph_tuner.layout_flow import analyse
 from graph_tuner.model import Model, load_model
 from graph_tuner.plan import Plan
 from graph_tuner.records import read_records, target_cpu
-from graph_tuner.selection import required_step_blocks, required_transforms, select
+from graph_tuner.selection import required_step_blocks, required_transforms, select, select_measuring
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
 
 SOLVERS = ("auto", "dp", "ilp", "pbqp")
@@ -123,27 +123,41 @@ class GraphTuner:
         return sum(len(v) for v in self.step_ms.values())
 
     # -- solving ---------------------------------------------------------------------
-    def solve(self, solver: str = "auto", time_limit: float | None = None) -> Plan:
+    def _measurer(self, measure) -> Callable | None:
+        """What measures transforms for :func:`select_measuring`: ``measure`` itself if callable;
+        True: this CPU's cache, else timed here (and cached); False: nothing."""
+        if callable(measure):
+            return measure
+        if not measure:
+            return None
+
+        def here(keys: list) -> dict:
+            self.transforms.fill(keys, cache=True, measure=True, progress=False)
+            return {k: self.transforms.seconds[k] for k in keys}
+
+        return here
+
+    def solve(self, solver: str = "auto", time_limit: float | None = None, measure: bool | Callable = False) -> Plan:
+        """The best plan. Transforms are measured only as a best plan needs them
+        (:func:`graph_tuner.selection.select_measuring`): ``measure=True`` times them here
+        (this CPU's cache first), a callable ``keys -> {key: seconds}`` is asked instead;
+        False: only the known ones (records, cache, estimates) are used, and a plan that needs
+        another is a :class:`GraphTunerError`."""
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 <= time_limit < math.inf):
             raise GraphTunerError(f"--time-limit must be a number of seconds >= 0, got {time_limit!r}")
         if self.kind == "cuda":
             return self._cuda_plan()
-        missing = self.missing_transforms()
-        if missing:
-            raise GraphTunerError(
-                f"{len(missing)} layout transform cost(s) unknown, e.g. {self.transforms.describe(missing[0])}; "
-                "call benchmark_layout_transforms(), load_transform_records() or estimate_transforms()"
-            )
+        measurer = self._measurer(measure)
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
-        plan = select(self.flow, self.candidates, self.transforms.seconds, self._blocks(), method=solver,
-                      time_limit=time_limit, estimated=self.transforms.estimated, step_ms=self.step_ms,
-                      target=self.target, notes=notes)
+        plan = select_measuring(self.flow, self.candidates, self.transforms.seconds, measurer, self._blocks(),
+                                method=solver, time_limit=time_limit, estimated=self.transforms.estimated,
+                                step_ms=self.step_ms, target=self.target, notes=notes)
         plan.baselines_ms = {}
         for name in ("history_best", "default"):
-            base = self.baseline_plan(name)
+            base = self.baseline_plan(name, measure=measurer)
             plan.baselines_ms[name] = None if base is None else base.cost
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
@@ -171,7 +185,7 @@ class GraphTuner:
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
-    def baseline_plan(self, name: str) -> Plan | None:
+    def baseline_plan(self, name: str, measure: bool | Callable = False) -> Plan | None:
         """A reference plan under the same cost model (None if the log cannot form it).
 
         ``history_best``: each layer's fastest record, whatever its layouts.
@@ -181,8 +195,9 @@ class GraphTuner:
         fixed = self._baseline_picks(name)
         if fixed is None:
             return None
-        return select(self.flow, fixed, self.transforms.seconds, self._blocks(), solver=f"{name} (dp over joins)",
-                      estimated=self.transforms.estimated, step_ms=self.step_ms, target=self.target)
+        return select_measuring(self.flow, fixed, self.transforms.seconds, self._measurer(measure), self._blocks(),
+                                solver=f"{name} (dp over joins)", estimated=self.transforms.estimated,
+                                step_ms=self.step_ms, target=self.target)
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)

@@ -67,13 +67,11 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     model = load_model(name)
     log, log_note = tuning_log(name, work_dir, trials, progress)
     gt = GraphTuner(model, log, top_k=20)
-    if gt.missing_transforms():
-        gt.benchmark_layout_transforms(progress=progress)
     gt.benchmark_steps()
-    plans = {"graph_tuned": gt.solve()}
+    plans = {"graph_tuned": gt.solve(measure=True)}
     notes = ([log_note] if log_note else []) + list(plans["graph_tuned"].notes)
     for base in ("history_best", "default"):
-        plans[base] = gt.baseline_plan(base)
+        plans[base] = gt.baseline_plan(base, measure=True)
         if plans[base] is None:
             notes.append(f"{base}: the log cannot form this plan")
     params, x = model.params(seed=0), seeded_input(model)

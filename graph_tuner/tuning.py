@@ -520,11 +520,11 @@ def transform_keys(shapes: Iterable[Sequence[int]], records: Iterable, target: s
 
 
 def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
-                      measure: Callable | None = None) -> int:
+                      measure: Callable | None = None, on_time: Callable | None = None) -> int:
     """Measure (or take from the per-CPU cache) ``keys`` and append a ``layout_transform``
     record for each not already in the log for ``target``, each written and flushed the
     moment its timing is known (a killed run keeps what it measured); returns how many
-    were appended."""
+    were appended. ``on_time(key, seconds)`` gets each timing of a key not yet logged."""
     from kernels.transform_bench import measure_transforms, normalize_key
 
     path = prepare_log(log_path)
@@ -542,6 +542,8 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
         def write(key, seconds: float) -> None:
             nonlocal added
             shape, a, b = key
+            if on_time is not None:
+                on_time(key, seconds)
             if a != b and seconds > 0 and math.isfinite(seconds):
                 rec = make_transform_record(shape, layout_name(a), layout_name(b), seconds, target)
                 log.write(format_record(rec) + "\n")
@@ -555,11 +557,12 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
 def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs) -> list[WorkloadSummary]:
     """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path),
     each timed with the fused epilogue its layers run (:func:`workload_epilogues`), then the
-    layout transforms a plan can need: those some choice among each layer's ``top_k``
-    candidates (``solve``'s default) or the baselines' picks could force
-    (:meth:`graph_tuner.api.GraphTuner.required_transforms`), not every pair of blocks the
-    log has on every tensor (ResNet-50: 525 transforms instead of 798). A plan solved with a
-    larger ``--top-k`` measures the few it lacks then.
+    layout transforms the best plan (among each layer's ``top_k`` candidates, ``solve``'s
+    default) and the baselines use: solved with the others at a lower bound, measuring those
+    a best plan picks until it picks only measured ones
+    (:func:`graph_tuner.selection.select_measuring`; MobileNet-v2: tens of its 2,255
+    transforms). ``solve`` on the log finds that plan again without measuring; a solve that
+    wants others (another ``--top-k``) measures the few it lacks then.
     """
     from graph_tuner.api import GraphTuner
     from graph_tuner.model import load_model
@@ -568,15 +571,24 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     if kwargs.get("measure") is None:
         kwargs["measure"] = model_timer(m)
     transforms = kwargs.pop("transforms", True)
-    progress, print_fn = kwargs.get("progress", True), kwargs.get("print_fn", lambda s: None)
+    print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
     summaries = tune_workloads(m.distinct_workloads(), log_path, transforms=False, **kwargs)
     if transforms:
         target = host_target()
         gt = GraphTuner(m, log_path, target=target, top_k=top_k, fallback=True, skip_bad_lines=True)
-        keys = gt.required_transforms()
-        added = append_transforms(log_path, keys, target, progress=progress, measure=measure_transform)
-        print_fn(f"layout transforms: {len(keys)} a plan can need, {added} new records")
+        added = 0
+
+        def measure(keys: list) -> dict:
+            nonlocal added
+            got: dict = {}
+            added += append_transforms(log_path, keys, target, progress=False, measure=measure_transform,
+                                       on_time=got.__setitem__)
+            return got
+
+        plan = gt.solve(measure=measure)
+        print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
+                 f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
     return summaries
 
 

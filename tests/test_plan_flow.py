@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -112,3 +113,39 @@ def test_a_costly_pool_layout_moves_the_conv():
         sp = build_problem(flow, {"c": [fast16, plain]}, costs, (1, 16), step_ms)
         convs, joins = choice_of(sp, solve(sp.problem, method="dp").choice)
         assert convs["c"] is pick
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(model=networks(), data=st.data())
+def test_measuring_lazily_finds_the_fully_measured_optimum(model, data):
+    """select_measuring measures only what a best plan uses, and ends at the optimum of the
+    fully measured problem whenever no transform beats the bound (rates within 2x here)."""
+    from graph_tuner.errors import GraphTunerError
+    from graph_tuner.selection import select, select_measuring
+
+    flow = analyse(model)
+    candidates = {}
+    for op in flow.convs:
+        w = model.workload(op)
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from([v for v in BLOCKS if w.in_channels % v == 0]),
+                                             st.sampled_from([v for v in BLOCKS if w.out_channels % v == 0])),
+                                   min_size=1, max_size=3, unique=True), label=op.name)
+        candidates[op.name] = [Candidate(None, i, o, data.draw(st.floats(1e-6, 1e-4)), Conv2DConfig(i, o, 2), True)
+                               for i, o in pairs]
+    keys = required_transforms(flow, candidates, BLOCKS)
+    truth = {k: math.prod(k[0]) * 1e-9 * data.draw(st.floats(1.0, 1.99)) for k in keys}
+    asked: list = []
+
+    def measure(new):
+        asked.extend(new)
+        return {k: truth[k] for k in new}
+
+    known: dict = {}
+    lazy = select_measuring(flow, candidates, known, measure, BLOCKS)
+    full = select(flow, candidates, truth, BLOCKS)
+    assert math.isclose(lazy.cost, full.cost, rel_tol=1e-9, abs_tol=1e-12)
+    assert len(asked) == len(set(asked)) and set(asked) <= set(keys) and set(known) == set(asked)
+    assert all(t.key in known for t in lazy.transforms)  # the plan's cost is measured, not bounded
+    if lazy.transforms:  # knowing nothing and measuring nothing: a plan that needs a transform is refused
+        with pytest.raises(GraphTunerError, match="unknown"):
+            select_measuring(flow, candidates, {}, None, BLOCKS)
