@@ -310,7 +310,7 @@ def tune(
         return {(configs[i].ic_bn, configs[i].oc_bn) for i, s in seconds.items() if s is not None}
 
     try:
-        default: int | None = space.index(_entity_of(fallback_config(workload, lanes), space))
+        default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
 
@@ -414,7 +414,7 @@ def retime(
         return []
     measure = measure or KernelTimer()
     space = tuning_space(workload)
-    indices = [space.index(_entity_of(c, space)) for c in configs]
+    indices = [space.index(space.config_entity(c)) for c in configs]
     out = []
     for r in range(rounds):
         k = r % len(configs) if configs else 0
@@ -427,16 +427,6 @@ def retime(
             if callback is not None:
                 callback(m)
     return out
-
-
-def _entity_of(config: Conv2DConfig, space: Space) -> dict:
-    """The entity of ``config`` in ``space`` (inverse of ``ConfigSpace.config``)."""
-    entity = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
-    if "tile_oh" in space.names:
-        entity["tile_oh"] = config.oh_bn
-    if "unroll_kw" in space.names:
-        entity["unroll_kw"] = config.unroll_kw
-    return entity
 
 
 def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Conv2DConfig) -> Measurement:
