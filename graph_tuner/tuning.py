@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from graph_tuner.candidates import describe
+from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import layout_name
 from graph_tuner.records import (conv_input_key, conv_record_lines, format_record, log_problem, logged_records,
@@ -190,28 +191,6 @@ def prepare_log(path: str | os.PathLike) -> Path:
     return path
 
 
-def check_cache() -> None:
-    """Fail early, in one line, if the layout-transform cache cannot be written
-    (``GRAPH_TUNER_CACHE_DIR`` naming a file, or an unwritable folder)."""
-    from kernels.transform_bench import cache_path
-
-    path = cache_path()
-    if path.parent.is_file():
-        reason = "a file, not a folder"
-    else:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a"):
-                pass
-            return
-        except OSError as e:
-            reason = e.strerror
-    env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
-    where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(path.parent)
-    raise GraphTunerError(f"{where}: cannot write the layout-transform cache {path.name} there "
-                          f"({reason}); set GRAPH_TUNER_CACHE_DIR to a writable folder")
-
-
 def tune_workloads(
     workloads: Sequence[tuple[Conv2DWorkload, int]],
     log_path: str | os.PathLike,
@@ -255,7 +234,7 @@ def tune_workloads(
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     path = prepare_log(log_path)
     if transforms:
-        check_cache()
+        check_cache_dir()
     target = host_target()
     state = logged(path, target)
     start = time.perf_counter()
