@@ -24,8 +24,8 @@ import functools
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.conv2d import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue,
-                            maybe_loop, pad_copy_ir, vector_chunks, vty)
+from kernels.ir import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue, maybe_loop,
+                        pad_copy_ir, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
