@@ -509,7 +509,8 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
     >>> p = os.path.join(tempfile.mkdtemp(), "t.log")
     >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
     >>> e = {"tile_ic": [-1, 8], "tile_oc": [-1, 8], "tile_ow": [-1, 4], "tile_oh": 1}
-    >>> ok, failed = (make_conv2d_record(w, e, 3, c, "llvm", error_no=n) for c, n in (([3e-4, 1e-4, 2e-4], 0), ([1e9], 1)))
+    >>> ok = make_conv2d_record(w, e, 3, [3e-4, 1e-4, 2e-4], "llvm")
+    >>> failed = make_conv2d_record(w, e, 3, [1e9], "llvm", error_no=1)
     >>> _ = open(p, "w").write("\\n".join(json.dumps(r) for r in (ok, failed)) + "\\nnot a record\\n")
     >>> [(r.index, r.time) for r in logged_records(p, "llvm")], logged_records(p, "cuda")
     ([(3, 0.0002), (3, None)], [])
