@@ -446,7 +446,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     larger ``--top-k`` measures the few it lacks then.
     """
     from graph_tuner.api import GraphTuner
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     m = load_model(model)
     if kwargs.get("measure") is None:
@@ -467,7 +467,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
 def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     """:func:`retime_workloads` over a model's distinct conv workloads, each timed with the
     fused epilogue its layers run."""
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     m = load_model(model)
     if kwargs.get("measure") is None:

@@ -59,11 +59,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.config import Conv2DConfig
+from kernels.depthwise import build_depthwise, check_depthwise
 from kernels.ir import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose, epilogue,
                         maybe_loop, pad_copy_ir, splat, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.packing import pack_weight
-from kernels.threads import parallel_entry_ir
+from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "kernel_workload", "pack_weight", "supported"]
@@ -81,8 +82,6 @@ def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = 
     >>> rows_per_item(16, 7, 1, threads=2), rows_per_item(2, 56, 1, threads=2), rows_per_item(4, 3, 2, threads=2)
     (7, 7, 2)
     """
-    from kernels.threads import num_threads
-
     want = 8 * (threads or num_threads())
     best = tile_rows
     for g in range(tile_rows, rows + 1, tile_rows):
@@ -756,10 +755,7 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     >>> supported(dw, Conv2DConfig(4, 4, 2)), supported(dw, Conv2DConfig(2, 4, 2))
     (True, False)
     """
-    if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        from kernels.depthwise import _check as check
-    else:
-        check = _check
+    check = check_depthwise if workload.is_depthwise and workload.out_channels == workload.in_channels else _check
     try:
         check(workload, config, None)
     except ValueError:
@@ -777,8 +773,6 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     (which has no affine second output).
     """
     if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        from kernels.depthwise import build_depthwise
-
         if affine_out:
             raise ValueError("depthwise kernels have no affine second output")
         return build_depthwise(workload, config, bias=bias, residual=residual, activation=activation)

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.host_state import probe
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
     from graph_tuner.environment import check_cache_dir
     from graph_tuner.tuning import DEFAULT_TRIALS, check_log, retime_model, tune_model
 
