@@ -28,7 +28,7 @@ from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import onnxruntime_runner
 from graph_tuner.executor import compile_model
 from graph_tuner.host_state import probe_call
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from graph_tuner.shipped import shipped_log
 from kernels.threads import num_threads
 

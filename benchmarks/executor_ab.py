@@ -24,7 +24,7 @@ from graph_tuner.api import GraphTuner
 from graph_tuner.executor import compile as compile_mod
 from graph_tuner.executor import compile_model
 from graph_tuner.executor.memory import Views
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
 from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.shipped import shipped_log

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from graph_tuner import GraphTuner
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from graph_tuner.selection import build_problem
 from graph_tuner.tuning import tune_workloads
 from solvers import Problem

@@ -15,7 +15,7 @@ def __getattr__(name: str):
 
         return GraphTuner
     if name == "load_model":
-        from graph_tuner.model import load_model
+        from graph_tuner.loading import load_model
 
         return load_model
     raise AttributeError(f"module 'graph_tuner' has no attribute {name!r}")

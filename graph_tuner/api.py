@@ -19,7 +19,8 @@ from graph_tuner import candidates as cand
 from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
-from graph_tuner.model import Model, load_model
+from graph_tuner.loading import load_model
+from graph_tuner.model import Model
 from graph_tuner.plan import Plan
 from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import required_step_blocks, required_transforms, select, select_measuring

@@ -61,7 +61,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     """One model's entry of the results file (see the module doc)."""
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import compile_model
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
     from kernels.threads import num_threads
 
     model = load_model(name)

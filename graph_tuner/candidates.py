@@ -217,11 +217,7 @@ def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS
     config = fallback_config(workload, FALLBACK_SIMD_WIDTH)
     time = workload.flops / (gflops * 1e9)
     space = depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload)
-    entity: dict = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
-    if "tile_oh" in space.names:
-        entity["tile_oh"] = config.oh_bn
-    else:
-        entity["unroll_kw"] = False
+    entity = space.config_entity(config)
     index = space.index(entity)
     raw = make_conv2d_record(workload, entity, index, [time], target)
     raw["graph_tuner"] = {"fallback": True, "note": "untuned: AutoTVM's fallback schedule, time estimated"}

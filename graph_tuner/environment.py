@@ -17,7 +17,7 @@ graph_tuner.errors.GraphTunerError: GRAPH_TUNER_NUM_THREADS='two' is not an inte
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import tempfile
 
 from graph_tuner.errors import GraphTunerError
 
@@ -31,16 +31,30 @@ def check_environment() -> None:
     except ValueError as e:
         raise GraphTunerError(f"{e}; set a thread count from 1 to {MAX_THREADS}, or unset it to use "
                               "every core") from None
-    cache = os.environ.get("GRAPH_TUNER_CACHE_DIR")
-    if cache:
-        # The first folder on the way that exists must be a folder we can write into.
-        folder = Path(cache)
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            raise GraphTunerError(f"GRAPH_TUNER_CACHE_DIR={cache!r}: {folder} is a file, not a folder; "
-                                  "point it at a folder (or unset it for ~/.cache/graph-tuner)")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise GraphTunerError(f"GRAPH_TUNER_CACHE_DIR={cache!r}: {folder} is not writable; "
-                                  "point it at a folder you can write (or unset it)")
+    if os.environ.get("GRAPH_TUNER_CACHE_DIR"):
+        check_cache_dir()
 
+
+def check_cache_dir() -> None:
+    """Raise :class:`GraphTunerError` unless the layout-transform cache's folder
+    (``GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``) is, or can be made, a
+    folder we can write into. Nothing is created: the first folder on the way that exists
+    is tried with a temporary file (permission bits do not stop root; a read-only file
+    system or sysfs does)."""
+    from kernels.transform_bench import default_cache_dir
+
+    folder = existing = default_cache_dir()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        reason = f"{existing} is a file, not a folder"
+    else:
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                return
+        except OSError as e:
+            reason = f"{existing}: {e.strerror}"
+    env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
+    where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(folder)
+    raise GraphTunerError(f"{where}: cannot write the layout-transform cache there ({reason}); "
+                          "set GRAPH_TUNER_CACHE_DIR to a writable folder")

@@ -22,7 +22,7 @@ needing that block.
   the output block of one of those convs, so no plan leaves an add to run as its own
   pass, which the cost model would not see.
 
->>> from graph_tuner.model import load_model
+>>> from graph_tuner.loading import load_model
 >>> flow = analyse(load_model("resnet-18"))
 >>> len(flow.convs), sorted({d.kind for d in flow.decisions.values()})
 (21, ['add', 'conv2d', 'plain'])

@@ -3,7 +3,7 @@
 A :class:`Model` holds :class:`Op` records (name, kind, producer names, attrs, output
 shape, parameter shapes) in a ``networkx.DiGraph`` (edge ``u -> v`` when ``v`` reads
 ``u``). Models come from the built-in zoo (:mod:`graph_tuner.zoo`) or from ONNX files
-(:mod:`graph_tuner.onnx_import`); :func:`load_model` takes either name.
+(:mod:`graph_tuner.onnx_import`); :func:`graph_tuner.loading.load_model` takes either name.
 
 Conv order
 ----------
@@ -14,6 +14,7 @@ inputs in argument order, each op once. AutoTVM's task extraction and
 the layers positionally. For a pre-activation residual unit ``add(conv2(conv1(x)),
 sc(x))`` the order is conv1, conv2, sc.
 
+>>> from graph_tuner.loading import load_model
 >>> m = load_model("resnet-18")
 >>> len(m.convs()), len(m.distinct_workloads()), m.convs()[0].name
 (21, 12, 'conv0')
@@ -23,14 +24,11 @@ sc(x))`` the order is conv1, conv2, sc.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 
-from graph_tuner.errors import GraphTunerError
 from graph_tuner.shapes import infer_shape
 from kernels.workload import Conv2DWorkload
 
@@ -195,6 +193,7 @@ class Model:
         is the estimated second moment of its input, and each batch norm's running
         variance is (roughly) the estimated variance of its input, as in a trained net.
 
+        >>> from graph_tuner.loading import load_model
         >>> p = load_model("mobilenet").params(seed=1)
         >>> p["conv_block_1_conv"]["weight"].shape, bool((p["conv_block_1_bn"]["var"] > 0).all())
         ((32, 3, 3, 3), True)
@@ -253,39 +252,3 @@ def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]
             params[op.name] = {k: v.astype(np.float32, copy=False) for k, v in p.items()}
         moment[op.name] = m
     return params
-
-
-# Inference batches beyond this would need more memory than a CPU server has for activations.
-MAX_BATCH = 1024
-
-
-def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
-    """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model.
-
-    ``batch`` defaults to 1 for zoo models and to the file's own batch (1 if
-    dynamic) for ONNX files.
-
-    >>> load_model("vgg-16", batch=2).op("data").shape
-    (2, 3, 224, 224)
-    >>> load_model("resnet-17")
-    Traceback (most recent call last):
-    ...
-    graph_tuner.errors.GraphTunerError: unknown model 'resnet-17'; give an .onnx file or one of: resnet-18, ...
-    """
-    if isinstance(spec, Model):
-        return spec
-    from graph_tuner.zoo import MODEL_NAMES, get_model
-
-    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH):
-        raise GraphTunerError(f"batch must be a positive integer up to {MAX_BATCH}, got {batch!r}")
-    text = os.fspath(spec)
-    if text in MODEL_NAMES:
-        return get_model(text, batch=batch or 1)
-    if Path(text).is_dir():
-        raise GraphTunerError(f"{text}: is a folder, not a model; give an .onnx file or a zoo name "
-                              f"(graph-tuner models)")
-    if text.lower().endswith(".onnx") or Path(text).is_file():
-        from graph_tuner.onnx_import import load_onnx
-
-        return load_onnx(text, batch=batch)
-    raise GraphTunerError(f"unknown model {text!r}; give an .onnx file or one of: {', '.join(MODEL_NAMES)}")

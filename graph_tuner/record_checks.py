@@ -21,6 +21,7 @@ import math
 import re
 from typing import Any, Mapping
 
+from kernels import config_space
 from kernels.workload import Conv2DWorkload
 
 MAX_DIM = 2**31 - 1  # TVM's shapes are int32; beyond that a "dimension" is garbage
@@ -132,14 +133,14 @@ def entity_dict(entity: Any) -> dict[str, Any]:
     """A config entity ``[[name, kind, value], ...]`` as ``{name: value}``."""
     if not is_list(entity):
         raise BadRecord(f"config entity {show(entity)} is not a list of [name, kind, value]")
-    out: dict[str, Any] = {}
+    names: set[str] = set()
     for item in entity:
         if not (is_list(item) and len(item) == 3 and all(isinstance(x, str) for x in item[:2])):
             raise BadRecord(f"config entity item {show(item)} is not [name, kind, value]")
-        if item[0] in out:
+        if item[0] in names:
             raise BadRecord(f"config entity names {show(item[0])} twice")
-        out[item[0]] = item[2]
-    return out
+        names.add(item[0])
+    return config_space.entity_dict(entity)
 
 
 def x86_schedule(entity: Mapping[str, Any], workload: Conv2DWorkload) -> None:

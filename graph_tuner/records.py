@@ -50,7 +50,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from graph_tuner import record_checks as checks
 from graph_tuner.errors import GraphTunerError
@@ -218,20 +218,8 @@ def read_records(
     (0, {'dense_nopack.x86': 1})
     """
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
-        if data.startswith(b"\x1f\x8b"):  # gzip's magic: a compressed log (data/<cpu>/*.log.gz)
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error) as e:
-                raise GraphTunerError(f"{path}: a damaged gzip file ({e}); compress the log again") from None
-        # bytes.splitlines: the line numbers an editor shows (str.splitlines also splits
-        # at U+2028 and other separators that may sit inside a JSON string).
-        items: Iterable = data.removeprefix(b"\xef\xbb\xbf").splitlines()  # a BOM is no record
-        name = str(path)
+        items: Iterable = _file_lines(Path(source))
+        name = str(source)
     elif isinstance(source, (bytes, bytearray, Mapping)) or not isinstance(source, Iterable):
         raise GraphTunerError(f"records must be a log path or an iterable of record lines, "
                               f"dicts or records, not {type(source).__name__}")
@@ -262,6 +250,22 @@ def read_records(
     return log
 
 
+def _file_lines(path: Path) -> list[bytes]:
+    """A log file's lines as bytes (gzip-compressed or not, a BOM dropped)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
+    if data.startswith(b"\x1f\x8b"):  # gzip's magic: a compressed log (data/<cpu>/*.log.gz)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise GraphTunerError(f"{path}: a damaged gzip file ({e}); compress the log again") from None
+    # bytes.splitlines: the line numbers an editor shows (str.splitlines also splits
+    # at U+2028 and other separators that may sit inside a JSON string).
+    return data.removeprefix(b"\xef\xbb\xbf").splitlines()  # a BOM is no record
+
+
 def _keep(log: RecordLog, rec: Record | TransformRecord, where: str, skip: bool) -> None:
     """A record built in Python passes the checks a parsed one does."""
     if rec.error_no != 0:
@@ -287,6 +291,21 @@ def _bad(log: RecordLog, where: str, reason: str, skip: bool) -> None:
 
 
 def _add_line(log: RecordLog, line: str, where: str, skip: bool) -> None:
+    try:
+        for obj in _line_objects(line):
+            _add_object(log, obj, where, skip)
+    except checks.BadRecord as e:  # the line's JSON; the objects before it are kept
+        _bad(log, where, str(e), skip)
+
+
+def _line_objects(line: str) -> Iterator[dict]:
+    """The JSON objects on a line (none for a blank or ``#`` comment line; several in a
+    pasted log), typographic quotes straightened; :class:`~graph_tuner.record_checks.BadRecord`
+    where the line stops being JSON objects.
+
+    >>> list(_line_objects('{"a": 1}  {\u201cb\u201d: 2}')), list(_line_objects("# tuned on rocketlake"))
+    ([{'a': 1}, {'b': 2}], [])
+    """
     text = line.translate(_TYPOGRAPHIC_QUOTES).strip()
     if not text or text.startswith("#"):
         return
@@ -296,14 +315,14 @@ def _add_line(log: RecordLog, line: str, where: str, skip: bool) -> None:
         try:
             obj, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            return _bad(log, where, e.msg, skip)
+            raise checks.BadRecord(e.msg) from None
         except ValueError as e:  # e.g. an integer of more digits than Python converts
-            return _bad(log, where, str(e).split(";")[0], skip)
+            raise checks.BadRecord(str(e).split(";")[0]) from None
         except RecursionError:
-            return _bad(log, where, "JSON nested too deeply", skip)
+            raise checks.BadRecord("JSON nested too deeply") from None
         if not isinstance(obj, dict):
-            return _bad(log, where, f"expected a JSON object, got {type(obj).__name__}", skip)
-        _add_object(log, obj, where, skip)
+            raise checks.BadRecord(f"expected a JSON object, got {type(obj).__name__}")
+        yield obj
         pos = end
         while pos < len(text) and text[pos].isspace():
             pos += 1
@@ -315,7 +334,9 @@ def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
         env = _envelope(obj)
         if env["error_no"] != 0:
             log.skipped_error += 1
-        elif env["task"] == LAYOUT_TRANSFORM_TASK:
+            return
+        env["costs"] = checks.measured_costs(env["costs"])
+        if env["task"] == LAYOUT_TRANSFORM_TASK:
             log.transforms.append(_transform(env, obj, where))
         elif env["task"] not in CONV2D_TASKS:
             log.unknown_tasks[env["task"]] += 1
@@ -347,7 +368,8 @@ def _mapping(value: Any, keys: tuple[str, ...], what: str) -> Mapping:
 
 
 def _envelope(obj: Mapping) -> dict[str, Any]:
-    """The version-independent parts of a record, each checked."""
+    """The version-independent parts of a record, each checked but the costs (a failed
+    measurement's are TVM's marker, 1e9, not a time): those are as written."""
     if "i" in obj and "r" in obj:  # v0.1
         target, task, args, kwargs, _workload, config = _fields(obj["i"], 6, "'i'")
         config = _mapping(config, ("i", "e"), "the config")
@@ -374,10 +396,7 @@ def _envelope(obj: Mapping) -> dict[str, Any]:
     error_no = checks.integer(error_no, "error_no", low=0, high=None)
     return dict(target=target, task=task, args=args, kwargs=kwargs,
                 index=checks.integer(index, "config index", low=0, high=None),
-                entity=checks.entity_dict(entity),
-                # A failed measurement's costs are TVM's marker (1e9), not a time.
-                costs=() if error_no else checks.measured_costs(costs),
-                error_no=error_no, version=expected)
+                entity=checks.entity_dict(entity), costs=costs, error_no=error_no, version=expected)
 
 
 def normalize_padding(padding: Any) -> tuple[int, int, int, int]:
@@ -444,6 +463,180 @@ def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
         costs=env["costs"], error_no=env["error_no"], version=env["version"], source=where,
         raw=dict(obj),
     )
+
+
+# --- what a log holds, for appending to it (graph_tuner.tuning) ---------------------------
+
+
+def input_key(target: str, task: str, args: Any, kwargs: Any) -> str:
+    """What identifies the task a record measures, in any log version: its target, task
+    name and arguments, as canonical JSON (a v0.2 record's ``input``).
+
+    >>> input_key("llvm", "layout_transform", [["TENSOR", [1, 8, 4, 4], "float32"], "NCHW", "NCHW8c"], {})
+    '["llvm", "layout_transform", [["TENSOR", [1, 8, 4, 4], "float32"], "NCHW", "NCHW8c"], {}]'
+    """
+    return json.dumps([target, task, args, kwargs], sort_keys=True)
+
+
+def conv_input_key(workload: Conv2DWorkload, target: str) -> str:
+    """The :func:`input_key` of the records our tuner writes for ``workload``."""
+    return input_key(*make_conv2d_record(workload, [], 0, [1.0], target, timestamp=0.0)["input"])
+
+
+def transform_input_key(shape: Sequence[int], src_layout: str, dst_layout: str, target: str) -> str:
+    """The :func:`input_key` of a ``layout_transform`` record (:func:`make_transform_record`)."""
+    return input_key(*make_transform_record(shape, src_layout, dst_layout, 0.0, target, timestamp=0.0)["input"])
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One record of a log as a run appending to it sees it (:func:`logged_records`)."""
+
+    key: str  # input_key: the task it measures
+    index: int  # config index
+    is_transform: bool
+    # Record.time of a successful conv measurement; None for a failed one, or one that is
+    # no measurement (a time that is not finite and positive, a config of no schedule).
+    time: float | None
+
+
+def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
+    """``target``'s records in the log at ``path``, failed measurements included, in order
+    (none if there is no file). What is not a record is left out here: reading the log to
+    solve reports it.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.log")
+    >>> w = Conv2DWorkload((1, 8, 4, 4), (8, 8, 1, 1))
+    >>> e = {"tile_ic": [-1, 8], "tile_oc": [-1, 8], "tile_ow": [-1, 4], "tile_oh": 1}
+    >>> ok = make_conv2d_record(w, e, 3, [3e-4, 1e-4, 2e-4], "llvm")
+    >>> failed = make_conv2d_record(w, e, 3, [1e9], "llvm", error_no=1)
+    >>> _ = open(p, "w").write("\\n".join(json.dumps(r) for r in (ok, failed)) + "\\nnot a record\\n")
+    >>> [(r.index, r.time) for r in logged_records(p, "llvm")], logged_records(p, "cuda")
+    ([(3, 0.0002), (3, None)], [])
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for lineno, line in enumerate(_file_lines(path), 1):
+        try:
+            objects = list(_line_objects(line.decode("utf-8")))
+        except ValueError:  # not UTF-8 or not JSON objects (BadRecord)
+            continue
+        for obj in objects:
+            try:
+                env = _envelope(obj)
+            except _NOT_A_RECORD:
+                continue
+            if env["target"] == target:
+                key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
+                is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
+                time = None if is_transform else _conv_time(env, obj, f"{path}:{lineno}")
+                out.append(Logged(key, env["index"], is_transform, time))
+    return out
+
+
+# What a damaged object raises on its way through _envelope and _conv_record.
+_NOT_A_RECORD = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError)
+
+
+def _conv_time(env: dict, obj: Mapping, where: str) -> float | None:
+    """:attr:`Record.time` of a successful conv measurement, else None."""
+    if env["error_no"] != 0 or env["task"] not in CONV2D_TASKS:
+        return None
+    try:
+        return _conv_record({**env, "costs": checks.measured_costs(env["costs"])}, obj, where).time
+    except _NOT_A_RECORD:
+        return None
+
+
+def conv_record_lines(path: str | os.PathLike) -> list[tuple[str, Record | None]]:
+    """Each line of a plain-text log with the conv record it holds, if it holds exactly
+    one usable one (else None): for rewriting a log, keeping every other line as it is."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            (rec,) = read_records([line]).records
+        except (GraphTunerError, ValueError):
+            rec = None
+        out.append((line, rec))
+    return out
+
+
+# How far into a file to look for its first line: a record line is ~600 bytes, a model
+# file may be gigabytes without a newline.
+_HEAD_LIMIT = 1 << 20
+
+
+def _is_record(text: str) -> bool:
+    """Whether a line starts with a JSON object that is an AutoTVM record (v0.2 or v0.1)."""
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and ({"input", "result"} <= obj.keys() or {"i", "r"} <= obj.keys())
+
+
+def _torn_record(text: str) -> bool:
+    """Whether an unfinished last line is the start of a record (a kill mid-write): ours
+    and TVM's begin ``{"input"`` (v0.1: ``{"i"``)."""
+    return any(text.startswith(p) or p.startswith(text) for p in ('{"input"', '{"i"'))
+
+
+def log_problem(path: str | os.PathLike) -> str | None:
+    """Why the existing file at ``path`` is not an AutoTVM log we may append to, or None.
+
+    A log is empty, or its first line that is not blank or a ``#`` comment is a JSON
+    record -- or the start of one, if that line is also the last and unfinished (a run
+    killed while writing its first record). Only the head of the file is read.
+
+    >>> import tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "x")
+    >>> rec = '{"input": ["llvm"], "config": {}, "result": [[1], 0, 0, 0]}'
+    >>> _ = open(p, "w").write("# tuned\\n\\n" + rec + "\\n")
+    >>> log_problem(p) is None
+    True
+    >>> _ = open(p, "wb").write(b"\\x08\\x07\\x12\\x0bonnx")
+    >>> log_problem(p)
+    'line 1 is not a JSON record'
+    """
+    with open(path, "rb") as f:
+        for lineno in range(1, 1 << 30):
+            raw = f.readline(_HEAD_LIMIT)
+            if not raw:
+                return None  # empty, or comments and blank lines only
+            try:
+                text = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                return f"line {lineno} is not a JSON record"
+            finished = raw.endswith(b"\n")
+            if not finished and len(raw) >= _HEAD_LIMIT:
+                return f"line {lineno} is not a JSON record"
+            if text and not text.startswith("#"):
+                if _is_record(text) or (not finished and _torn_record(text)):
+                    return None
+                return f"line {lineno} is not a JSON record"
+    return None
+
+
+def torn_tail(data: bytes) -> int | None:
+    """Where a log's unfinished last line (no newline: a kill mid-write) starts, if it is
+    the torn start of a record to cut off; None if there is none, or if the line is a
+    complete JSON value or anything else (a comment, a line someone typed): not ours to cut.
+
+    >>> torn_tail(b'{"a": 1}\\n{"inp'), torn_tail(b'{"a": 1}\\n{"a": 1}'), torn_tail(b"# note")
+    (9, None, None)
+    """
+    if not data or data.endswith(b"\n"):
+        return None
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:].decode("utf-8", errors="replace").strip()
+    try:
+        json.loads(tail)
+        return None
+    except ValueError:
+        return cut if tail.startswith("{") else None
 
 
 # --- writing ----------------------------------------------------------------------------

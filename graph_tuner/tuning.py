@@ -39,7 +39,6 @@ so one log carries both.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -49,10 +48,12 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from graph_tuner.candidates import describe
+from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import layout_name
-from graph_tuner.records import (LAYOUT_TRANSFORM_TASK, format_record, make_conv2d_record, make_transform_record,
-                                 read_records)
+from graph_tuner.records import (conv_input_key, conv_record_lines, format_record, log_problem, logged_records,
+                                 make_conv2d_record, make_transform_record, read_records, torn_tail,
+                                 transform_input_key)
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config
 from kernels.workload import Conv2DWorkload
@@ -65,71 +66,6 @@ def host_target() -> str:
     from kernels.jit import host_cpu
 
     return f"llvm -mcpu={host_cpu().name}"
-
-
-def _input_key(obj_input) -> str:
-    return json.dumps(obj_input, sort_keys=True)
-
-
-def conv_input_key(workload: Conv2DWorkload, target: str) -> str:
-    """What identifies a workload's records in a log: target, task and argument list."""
-    return _input_key(make_conv2d_record(workload, [], 0, [1.0], target, timestamp=0.0)["input"])
-
-
-# How far into a file to look for its first line: a record line is ~600 bytes, a model
-# file may be gigabytes without a newline.
-_HEAD_LIMIT = 1 << 20
-
-
-def _is_record(text: str) -> bool:
-    """Whether a line starts with a JSON object that is an AutoTVM record (v0.2 or v0.1)."""
-    try:
-        obj, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and ({"input", "result"} <= obj.keys() or {"i", "r"} <= obj.keys())
-
-
-def _torn_record(text: str) -> bool:
-    """Whether an unfinished last line is the start of a record (a kill mid-write): ours
-    and TVM's begin ``{"input"`` (v0.1: ``{"i"``)."""
-    return any(text.startswith(p) or p.startswith(text) for p in ('{"input"', '{"i"'))
-
-
-def log_problem(path: str | os.PathLike) -> str | None:
-    """Why the existing file at ``path`` is not an AutoTVM log we may append to, or None.
-
-    A log is empty, or its first line that is not blank or a ``#`` comment is a JSON
-    record -- or the start of one, if that line is also the last and unfinished (a run
-    killed while writing its first record). Only the head of the file is read.
-
-    >>> import tempfile
-    >>> p = os.path.join(tempfile.mkdtemp(), "x")
-    >>> rec = '{"input": ["llvm"], "config": {}, "result": [[1], 0, 0, 0]}'
-    >>> _ = open(p, "w").write("# tuned\\n\\n" + rec + "\\n")
-    >>> log_problem(p) is None
-    True
-    >>> _ = open(p, "wb").write(b"\\x08\\x07\\x12\\x0bonnx")
-    >>> log_problem(p)
-    'line 1 is not a JSON record'
-    """
-    with open(path, "rb") as f:
-        for lineno in range(1, 1 << 30):
-            raw = f.readline(_HEAD_LIMIT)
-            if not raw:
-                return None  # empty, or comments and blank lines only
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                return f"line {lineno} is not a JSON record"
-            finished = raw.endswith(b"\n")
-            if not finished and len(raw) >= _HEAD_LIMIT:
-                return f"line {lineno} is not a JSON record"
-            if text and not text.startswith("#"):
-                if _is_record(text) or (not finished and _torn_record(text)):
-                    return None
-                return f"line {lineno} is not a JSON record"
-    return None
 
 
 def check_log(path: str | os.PathLike) -> Path:
@@ -169,20 +105,14 @@ def repair_tail(path: str | os.PathLike) -> bool:
         return False
     if not data or data.endswith(b"\n"):
         return False
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:].decode("utf-8", errors="replace").strip()
-    try:
-        json.loads(tail)
-        torn = False
-    except ValueError:
-        torn = tail.startswith("{")
+    cut = torn_tail(data)
     with open(path, "r+b") as f:
-        if torn:
+        if cut is not None:
             f.truncate(cut)
         else:
             f.seek(len(data))
             f.write(b"\n")
-    return torn
+    return cut is not None
 
 
 @dataclass
@@ -201,33 +131,16 @@ class LogState:
 
 
 def logged(path: str | os.PathLike, target: str) -> LogState:
-    """What a log already holds for ``target``. Lines that are not records are ignored
-    here (reading the log for solving reports them)."""
+    """What a log already holds for ``target`` (:func:`graph_tuner.records.logged_records`)."""
     state = LogState()
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return state
-    for line in lines:
-        try:
-            obj = json.loads(line)
-            inp, index, result = obj["input"], int(obj["config"]["index"]), obj["result"]
-            if inp[0] != target:
-                continue
-            key = _input_key(inp)
-            if inp[1] == LAYOUT_TRANSFORM_TASK:
-                state.transforms.add(key)
-                continue
-            ok = result[1] == 0 and result[0]
-            seconds = sum(result[0]) / len(result[0]) if ok else None
-            if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
-                seconds = None  # no time (a damaged line): never a finalist, never the best
-        except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError):
+    for rec in logged_records(path, target):
+        if rec.is_transform:
+            state.transforms.add(rec.key)
             continue
-        runs = state.convs.setdefault(key, {})
-        if runs.get(index) is None:  # a success beats an earlier failure of the same config
-            runs[index] = seconds
-        state.counts.setdefault(key, Counter())[index] += 1
+        runs = state.convs.setdefault(rec.key, {})
+        if runs.get(rec.index) is None:  # a success beats an earlier failure of the same config
+            runs[rec.index] = rec.time
+        state.counts.setdefault(rec.key, Counter())[rec.index] += 1
     return state
 
 
@@ -278,28 +191,6 @@ def prepare_log(path: str | os.PathLike) -> Path:
     return path
 
 
-def check_cache() -> None:
-    """Fail early, in one line, if the layout-transform cache cannot be written
-    (``GRAPH_TUNER_CACHE_DIR`` naming a file, or an unwritable folder)."""
-    from kernels.transform_bench import cache_path
-
-    path = cache_path()
-    if path.parent.is_file():
-        reason = "a file, not a folder"
-    else:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a"):
-                pass
-            return
-        except OSError as e:
-            reason = e.strerror
-    env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
-    where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(path.parent)
-    raise GraphTunerError(f"{where}: cannot write the layout-transform cache {path.name} there "
-                          f"({reason}); set GRAPH_TUNER_CACHE_DIR to a writable folder")
-
-
 def tune_workloads(
     workloads: Sequence[tuple[Conv2DWorkload, int]],
     log_path: str | os.PathLike,
@@ -343,7 +234,7 @@ def tune_workloads(
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     path = prepare_log(log_path)
     if transforms:
-        check_cache()
+        check_cache_dir()
     target = host_target()
     state = logged(path, target)
     start = time.perf_counter()
@@ -434,9 +325,9 @@ def retime_workloads(
         raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
     prepare_log(path)
     records = [r for r in read_records(path, skip_bad_lines=True).records
-               if getattr(r, "target", None) == target]
+               if r.target == target]
     for w, _ in workloads:
-        if not any(match_key(r.workload) == match_key(w) for r in records if hasattr(r, "config_index")):
+        if not any(match_key(r.workload) == match_key(w) for r in records):
             raise GraphTunerError(f"{path}: no {target} record of {describe(w)}; tune it first "
                                   f"(`graph-tuner tune` without --retime)")
     finalists = layer_candidates([w for w, _ in workloads], records, k=confirm, target=target)
@@ -460,16 +351,10 @@ def retime_workloads(
     def ident(workload, entity) -> tuple:
         return match_key(workload), entity_config(entity)
 
-    replaced = {ident(w, dict((e[0], e[2]) for e in m.entity)) for w, ms in timings for m in ms}
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            (rec,) = read_records([line]).records
-            if rec.target == target and hasattr(rec, "config_index") and ident(rec.workload, rec.entity) in replaced:
-                continue
-        except (GraphTunerError, ValueError):
-            pass  # not one record of ours: keep the line as it is
-        kept.append(line)
+    replaced = {ident(w, m.entity) for w, ms in timings for m in ms}
+    # Every line but the replaced records is kept as it is.
+    kept = [line for line, rec in conv_record_lines(path)
+            if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced]
     for w, ms in timings:
         for m in ms:
             rec = make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
@@ -532,8 +417,7 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
     wanted = []
     for key in keys:
         shape, a, b = normalize_key(key)
-        rec = make_transform_record(shape, layout_name(a), layout_name(b), 0.0, target, timestamp=0.0)
-        if a != b and _input_key(rec["input"]) not in present:
+        if a != b and transform_input_key(shape, layout_name(a), layout_name(b), target) not in present:
             wanted.append((shape, a, b))
     if not wanted:
         return 0
@@ -565,7 +449,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     wants others (another ``--top-k``) measures the few it lacks then.
     """
     from graph_tuner.api import GraphTuner
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     m = load_model(model)
     if kwargs.get("measure") is None:
@@ -595,7 +479,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
 def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     """:func:`retime_workloads` over a model's distinct conv workloads, each timed with the
     fused epilogue its layers run."""
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     m = load_model(model)
     if kwargs.get("measure") is None:

@@ -138,6 +138,24 @@ class Space:
         """All indices, in order."""
         return iter(range(len(self)))
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def config_entity(self, config: Conv2DConfig) -> dict[str, Any]:
+        """The entity of ``config`` in this space (the inverse of :meth:`config`).
+
+        >>> space = conv2d_space(Conv2DWorkload((1, 64, 56, 56), (64, 64, 1, 1)))
+        >>> space.config_entity(Conv2DConfig(ic_bn=16, oc_bn=32, ow_bn=8, oh_bn=2))
+        {'tile_ic': [-1, 16], 'tile_oc': [-1, 32], 'tile_ow': [-1, 8], 'tile_oh': 2}
+        """
+        entity = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
+        if "tile_oh" in self.names:
+            entity["tile_oh"] = config.oh_bn
+        if "unroll_kw" in self.names:
+            entity["unroll_kw"] = config.unroll_kw
+        return entity
+
     def config(self, index_or_entity: int | Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfig:
         """The kernel schedule (inner factors and options) of a config."""
         if isinstance(index_or_entity, int):
@@ -196,7 +214,7 @@ class ConfigSpace(Space):
 
         Splits may be written ``[-1, inner]`` (new logs) or ``[outer, inner]`` (old logs).
         """
-        values = _entity_dict(entity)
+        values = entity_dict(entity)
         if set(values) != set(self.names):
             raise ValueError(f"entity knobs {sorted(values)} do not match the space's {list(self.names)}")
         index = 0
@@ -257,7 +275,13 @@ class ConcatSpace(Space):
         raise ValueError(errors[0])
 
 
-def _entity_dict(entity: Mapping[str, Any] | Sequence[Sequence]) -> dict[str, Any]:
+def entity_dict(entity: Mapping[str, Any] | Sequence[Sequence]) -> dict[str, Any]:
+    """A config entity as knob name -> record value: the one place entity dicts are built
+    (from a record's list ``[[name, kind, value], ...]``, or a copy of a dict).
+
+    >>> entity_dict([["tile_ic", "sp", [-1, 8]], ["unroll_kw", "ot", True]])
+    {'tile_ic': [-1, 8], 'unroll_kw': True}
+    """
     if isinstance(entity, Mapping):
         return dict(entity)
     return {name: value for name, _kind, value in entity}
@@ -270,7 +294,7 @@ def entity_config(entity: Mapping[str, Any] | Sequence[Sequence]) -> Conv2DConfi
     ...                ["tile_ow", "sp", [28, 2]], ["unroll_kw", "ot", True]])
     Conv2DConfig(ic_bn=32, oc_bn=64, ow_bn=2, unroll_kw=True, oh_bn=1)
     """
-    e = _entity_dict(entity)
+    e = entity_dict(entity)
     return Conv2DConfig(
         ic_bn=int(e["tile_ic"][-1]),
         oc_bn=int(e["tile_oc"][-1]),

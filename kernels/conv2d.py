@@ -54,26 +54,24 @@ True
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kernels.config import Conv2DConfig
+from kernels.depthwise import build_depthwise, check_depthwise
+from kernels.ir import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose, epilogue,
+                        maybe_loop, pad_copy_ir, splat, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.packing import pack_weight
-from kernels.threads import parallel_entry_ir
+from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "kernel_workload", "pack_weight", "supported"]
 
-ACTIVATIONS = (None, "relu", "relu6")
-BASE_ARGS = ("data", "weight", "out", "bias", "residual")
 # conv2d also takes the affine second output (see conv2d_ir); then the padded-input scratch
 ARGS = (*BASE_ARGS, "out2", "scale2", "shift2")
 SCRATCH_ARG = len(ARGS)
-
-
-PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
 
 
 def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = None) -> int:
@@ -84,8 +82,6 @@ def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = 
     >>> rows_per_item(16, 7, 1, threads=2), rows_per_item(2, 56, 1, threads=2), rows_per_item(4, 3, 2, threads=2)
     (7, 7, 2)
     """
-    from kernels.threads import num_threads
-
     want = 8 * (threads or num_threads())
     best = tile_rows
     for g in range(tile_rows, rows + 1, tile_rows):
@@ -228,107 +224,6 @@ def pads_by_copy(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     return any(workload.padding) and min(config.oh_bn, workload.out_height) > 1
 
 
-def vector_chunks(width: int, lanes: int) -> list[tuple[int, int]]:
-    """Split ``width`` channels into ``(offset, size)`` vectors of at most ``lanes``.
-
-    >>> vector_chunks(40, 16)
-    [(0, 16), (16, 16), (32, 8)]
-    """
-    return [(o, min(lanes, width - o)) for o in range(0, width, lanes)]
-
-
-def vty(w: int) -> str:
-    return f"<{w} x float>"
-
-
-class IntrinsicSet:
-    """The ``declare`` lines for the vector intrinsics a module uses."""
-
-    def __init__(self):
-        self.names: set[tuple[str, int]] = set()
-
-    def call(self, f: IRFunction, name: str, w: int, *args: str) -> str:
-        self.names.add((name, w))
-        arglist = ", ".join(f"{vty(w)} {a}" for a in args)
-        return f.op(f"call {vty(w)} @llvm.{name}.v{w}f32({arglist})")
-
-    def declarations(self) -> str:
-        out = []
-        for name, w in sorted(self.names):
-            n = 3 if name == "fma" else 2
-            out.append(f"declare {vty(w)} @llvm.{name}.v{w}f32({', '.join([vty(w)] * n)})")
-        return "\n".join(out) + "\n"
-
-
-def splat(f: IRFunction, scalar: str, w: int) -> str:
-    one = f.op(f"insertelement {vty(w)} poison, float {scalar}, i32 0")
-    return f.op(f"shufflevector {vty(w)} {one}, {vty(w)} poison, <{w} x i32> zeroinitializer")
-
-
-def const_splat(value: float, w: int) -> str:
-    return "<" + ", ".join(f"float {float(value):e}" for _ in range(w)) + ">"
-
-
-def arg_ptr(f: IRFunction, index: int) -> str:
-    slot = f.op(f"getelementptr inbounds ptr, ptr %args, i64 {index}")
-    return f.op(f"load ptr, ptr {slot}, align 8")
-
-
-def decompose(f: IRFunction, item: str, dims: list[int]) -> list[str]:
-    """Mixed-radix split of a flat index into ``len(dims)`` coordinates (outermost first)."""
-    coords = []
-    rest = item
-    for d in reversed(dims[1:]):
-        coords.append(f.op(f"urem i64 {rest}, {d}") if d > 1 else "0")
-        rest = f.op(f"udiv i64 {rest}, {d}") if d > 1 else rest
-    coords.append(rest)
-    return coords[::-1]
-
-
-@contextmanager
-def maybe_loop(f: IRFunction, count: int):
-    """A loop, or just the constant 0 when ``count`` is 1."""
-    if count == 1:
-        yield "0"
-    else:
-        with f.loop(count) as i:
-            yield i
-
-
-def epilogue(f: IRFunction, intr: IntrinsicSet, value: str, w: int, residual_ptr: str | None,
-             activation: str | None) -> str:
-    """residual add then activation, on one ``<w x float>`` vector."""
-    if residual_ptr is not None:
-        value = f.op(f"fadd {vty(w)} {value}, {f.load(vty(w), residual_ptr)}")
-    if activation in ("relu", "relu6"):
-        value = intr.call(f, "maxnum", w, value, "zeroinitializer")
-    if activation == "relu6":
-        value = intr.call(f, "minnum", w, value, const_splat(6.0, w))
-    return value
-
-
-def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int],
-                scratch_arg: int = SCRATCH_ARG) -> str:
-    """``void @name(ptr args, i64 row)``: copy one input row into the zero-bordered scratch.
-
-    Items are ``n * cb * h`` rows of ``NCHW[block]c`` data; the scratch has shape
-    ``[n, cb, h + top + bottom, w + left + right, block]`` and its borders stay zero.
-    """
-    top, left, bottom, right = pad
-    hp, wp = h + top + bottom, w + left + right
-    f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind")
-    src, dst = arg_ptr(f, 0), arg_ptr(f, scratch_arg)
-    plane, row = f.op(f"udiv i64 %item, {h}"), f.op(f"urem i64 %item, {h}")
-    s = f.gep(src, f.mul("%item", w * block))
-    d = f.gep(dst, f.affine((plane, hp * wp * block), (row, wp * block), const=(top * wp + left) * block))
-    f.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr align 4 {d}, ptr align 4 {s}, i64 {w * block * 4}, i1 false)")
-    f.emit("ret void")
-    return f.text()
-
-
-MEMCPY_DECL = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
-
-
 def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     if workload.out_dtype != "float32" or workload.layout != "NCHW":
         raise ValueError(f"only float32 NCHW conv2d is supported, got {workload.layout}/{workload.out_dtype}")
@@ -345,6 +240,122 @@ def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
         raise ValueError(f"empty output {workload.out_shape}")
 
 
+# --- the IR: one context, then each function top to bottom --------------------------------
+#
+# conv2d_ir emits, per row count R of a register tile row and reduction mode, a row-block
+# function (row_block_ir): the register tiles across R output rows of one output channel
+# block, each tile loading its accumulators, running the FMA reduction over input channel
+# blocks and taps, then storing through the epilogue. A work-item function (work_item_ir)
+# calls the row blocks of one item's rows, batch by batch, and picks the weights to prefetch;
+# the entry point runs the optional input copies, then the items, on the thread pool.
+
+
+@dataclass(frozen=True)
+class ConvContext:
+    """What every function of one conv kernel shares: the shapes of the pass it computes,
+    how the input is read, and the work plan (items, register tiles, reduction batches,
+    weight prefetch). Built by :func:`conv_context`; names follow the workload's
+    (``N, IC, H, W`` input, ``OC, ICg, KH, KW`` kernel, ``OH, OW`` output)."""
+
+    name: str
+    config: Conv2DConfig
+    source: Conv2DWorkload  # what the data argument holds
+    workload: Conv2DWorkload  # what the main pass computes (kernel_workload)
+    bias: bool
+    residual: bool
+    activation: str | None
+    affine_out: bool
+    affine_activation: str | None
+    N: int
+    IC: int
+    H: int
+    W: int
+    OC: int
+    ICg: int
+    KH: int
+    KW: int
+    OH: int
+    OW: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    top: int
+    left: int
+    bottom: int
+    icb: int  # input channel block
+    ocb: int  # output channel block
+    ICB: int  # input channel blocks
+    OCB: int  # output channel blocks
+    ICgB: int  # input channel blocks per group
+    OCg: int  # output channels per group
+    padded: bool
+    copy_pad: bool  # reads a zero-bordered copy of the input (pads_by_copy)
+    compact: bool  # reads the compact copy of a strided 1x1 conv's input (compact_input)
+    # The input as read: the scratch copy, or the input itself with out-of-range taps
+    # skipped (kh bounds per row, edge tiles compiled without them): its plane's rows and
+    # row length, and the offset of output pixel (0, 0)'s first tap.
+    Hs: int
+    Ws: int
+    origin: int
+    chunks: list[tuple[int, int]]  # the output block's vectors (offset, width)
+    ohb: int  # register tile rows
+    T: int  # register tile width (output pixels)
+    G: int  # output rows per work item
+    NB: int  # row blocks per output plane
+    steps_ic: int  # innermost loop trips per (icg, kh)
+    steps_per_row_tile: int
+    slice_floats: int  # one output channel block's weights
+    slice_lines: int
+    pf_per_step: int  # lines of the next weight slice prefetched per innermost trip
+    kw_order: list[int]  # unrolled taps (see conv_context)
+    batch_icg: int  # input channel blocks per reduction batch (ic_batch)
+    batches: int
+
+
+def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, lanes: int, bias: bool,
+                 residual: bool, activation: str | None, affine_out: bool,
+                 affine_activation: str | None) -> ConvContext:
+    """The :class:`ConvContext` of a checked workload and config."""
+    source = workload
+    compact = compact_input(workload) is not None
+    workload = kernel_workload(workload, config)
+    N, IC, H, W = workload.data_shape
+    OC, ICg, KH, KW = workload.kernel_shape
+    OH, OW = workload.out_height, workload.out_width
+    sh, sw = workload.strides
+    dh, dw = workload.dilation
+    top, left, bottom, right = workload.padding
+    padded = any(workload.padding)
+    copy_pad = pads_by_copy(workload, config)
+    Hs, Ws = (H + top + bottom, W + left + right) if copy_pad or not padded else (H, W)
+    icb, ocb = config.ic_bn, config.oc_bn
+    ICgB, OCB = ICg // icb, OC // ocb
+    ohb = min(config.oh_bn, OH)
+    T = min(config.ow_bn, OW)
+    G = rows_per_item(N * OCB, OH, ohb)
+    steps_ic = icb if config.unroll_kw else KW * icb
+    tiles_per_row = OW // T + (1 if OW % T else 0)
+    steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
+    slice_floats = ICgB * KH * KW * icb * ocb
+    batch_icg = ic_batch(workload, config)
+    return ConvContext(
+        name=name, config=config, source=source, workload=workload, bias=bias, residual=residual,
+        activation=activation, affine_out=affine_out, affine_activation=affine_activation,
+        N=N, IC=IC, H=H, W=W, OC=OC, ICg=ICg, KH=KH, KW=KW, OH=OH, OW=OW, sh=sh, sw=sw, dh=dh, dw=dw,
+        top=top, left=left, bottom=bottom, icb=icb, ocb=ocb, ICB=IC // icb, OCB=OCB, ICgB=ICgB,
+        OCg=OC // workload.groups, padded=padded, copy_pad=copy_pad, compact=compact, Hs=Hs, Ws=Ws,
+        origin=0 if copy_pad else -(top * W + left) * icb, chunks=vector_chunks(ocb, lanes), ohb=ohb, T=T,
+        G=G, NB=-(-OH // G), steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
+        slice_floats=slice_floats, slice_lines=-(-slice_floats * 4 // 64),
+        pf_per_step=prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile),
+        # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
+        # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
+        kw_order=sorted(range(KW), key=lambda kw: (kw * dw % sw, kw)),
+        batch_icg=batch_icg, batches=-(-ICgB // batch_icg),
+    )
+
+
 def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
               activation: str | None = None, name: str = "conv2d", lanes: int | None = None,
               affine_out: bool = False, affine_activation: str | None = None) -> str:
@@ -357,276 +368,355 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     _check(workload, config, activation)
     if affine_activation not in ACTIVATIONS:
         raise ValueError(f"affine_activation must be one of {ACTIVATIONS}, got {affine_activation!r}")
-    lanes = lanes or host_cpu().lanes
-    source = workload  # what the data argument holds
-    compact = compact_input(workload) is not None
-    workload = kernel_workload(workload, config)
-    N, IC, H, W = workload.data_shape
-    OC, ICg, KH, KW = workload.kernel_shape
-    OH, OW = workload.out_height, workload.out_width
-    sh, sw = workload.strides
-    dh, dw = workload.dilation
-    top, left, bottom, right = workload.padding
-    padded = any(workload.padding)
-    copy_pad = pads_by_copy(workload, config)
-    # Input strides and origin: the zero-bordered scratch copy, or the input itself with
-    # out-of-range taps skipped (kh bounds per row, edge tiles compiled without them).
-    Hs, Ws = (H + top + bottom, W + left + right) if copy_pad or not padded else (H, W)
-    origin = 0 if copy_pad else -(top * W + left) * config.ic_bn
-    icb, ocb = config.ic_bn, config.oc_bn
-    ICB, OCB, ICgB = IC // icb, OC // ocb, ICg // icb
-    OCg = OC // workload.groups
-    ohb = min(config.oh_bn, OH)
-    chunks = vector_chunks(ocb, lanes)
+    c = conv_context(workload, config, name=name, lanes=lanes or host_cpu().lanes, bias=bias, residual=residual,
+                     activation=activation, affine_out=affine_out, affine_activation=affine_activation)
     intr = IntrinsicSet()
-    functions = []
-    T = min(config.ow_bn, OW)
-    G = rows_per_item(N * OCB, OH, ohb)
-    NB = -(-OH // G)
-    steps_ic = icb if config.unroll_kw else KW * icb  # innermost trips per (icg, kh)
-    tiles_per_row = OW // T + (1 if OW % T else 0)
-    steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
-    slice_floats = ICgB * KH * KW * icb * ocb  # one output channel block's weights
-    slice_lines = -(-slice_floats * 4 // 64)
-    pf_per_step = prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile)
-    # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
-    # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
-    kw_order = sorted(range(KW), key=lambda kw: (kw * dw % sw, kw))
-    batch_icg = ic_batch(workload, config)
-    batches = -(-ICgB // batch_icg)
+    row_sizes = {c.ohb} | ({c.OH % c.ohb} if c.OH % c.ohb else set())
+    modes = ["all"] if c.batches == 1 else ["first", "last"] + (["mid"] if c.batches > 2 else [])
+    functions = [row_block_ir(c, intr, R, m) for R in sorted(row_sizes) for m in modes]
+    functions.append(work_item_ir(c))
+    phases = []
+    if c.copy_pad:
+        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", c.N, c.ICB, c.H, c.W, c.icb, c.workload.padding,
+                                                   SCRATCH_ARG))
+        phases.append((f"{name}_pad", c.N * c.ICB * c.H))
+    if c.compact:
+        functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", c.source, c.icb, SCRATCH_ARG))
+        phases.append((f"{name}_sub", c.N * c.ICB * c.source.out_height))
+    phases.append((f"{name}_item", c.N * c.OCB * c.NB, True))
+    return "".join(functions) + intr.declarations() + PREFETCH_DECL + parallel_entry_ir(name, phases)
 
-    def block_function(R: int, mode: str = "all") -> str:
-        """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, j0, icg0, icg1)``: R output rows of one output
-        channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the weight
-        slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``. ``mode``: ``all`` (the whole
-        reduction), or one batch of it (see :func:`ic_batch`): ``first`` starts from the bias and
-        stores partial sums, ``mid`` adds to them, ``last`` adds and applies the epilogue."""
-        f = IRFunction(f"define internal void @{name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
-                       f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
-                       md_base=1000 * R + 100 * ("all", "first", "mid", "last").index(mode))
-        data = arg_ptr(f, SCRATCH_ARG if copy_pad or compact else 0)
-        weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
-        bias_p = arg_ptr(f, 3) if bias else None
-        res_p = arg_ptr(f, 4) if residual else None
-        out2, scale2, shift2 = (arg_ptr(f, i) for i in (5, 6, 7)) if affine_out else (None, None, None)
-        if workload.groups > 1:
-            group = f.op(f"udiv i64 {f.mul('%ob', ocb)}, {OCg}")
-            icb_start = f.mul(group, ICgB)
-        else:
-            icb_start = "0"
-        slots = {}
-        if padded and not copy_pad and (top or bottom):
-            # Taps kh with 0 <= oh0*sh + kh*dh - top < H (R is 1 here).
-            a = f.op(f"sub nsw i64 {top}, {f.mul('%oh0', sh)}")
-            lo = f.op(f"sdiv i64 {f.add(a, dh - 1)}, {dh}") if dh > 1 else a
-            kh_lo = f.op(f"select i1 {f.op(f'icmp sgt i64 {a}, 0')}, i64 {lo}, i64 0")
-            b = f.op(f"sub nsw i64 {H - 1 + top}, {f.mul('%oh0', sh)}")
-            hi = f.add(f.op(f"sdiv i64 {b}, {dh}") if dh > 1 else b, 1)
-            hi = f.op(f"select i1 {f.op(f'icmp slt i64 {hi}, {KH}')}, i64 {hi}, i64 {KH}")
-            kh_hi = f.op(f"select i1 {f.op(f'icmp slt i64 {b}, 0')}, i64 0, i64 {hi}")
-        else:
-            kh_lo, kh_hi = 0, KH
 
-        def tile(T: int, ow0: str, tidx, edge: int | None = None) -> None:
-            """``edge``: this tile's static first column when some of its taps fall in the padding."""
-            acc = {}
-            for r in range(R):
-                for t in range(T):
-                    for c, (off, w) in enumerate(chunks):
-                        key = (r, t, c)
-                        if key not in slots:
-                            slots[key] = f.slot(vty(w))
-                        acc[key] = slots[key]
-            obase = f.affine(("%n", OCB * OH * OW * ocb), ("%ob", OH * OW * ocb), ("%oh0", OW * ocb), (ow0, ocb))
-            if mode in ("mid", "last"):  # the partial sums of the batches before
-                for (r, t, c), s in acc.items():
-                    off, w = chunks[c]
-                    f.store(vty(w), f.load(vty(w), f.gep(out, f.add(obase, (r * OW + t) * ocb + off))), s)
+@dataclass
+class RowBlock:
+    """One row-block function being emitted (:func:`row_block_ir`): its arguments' pointers
+    and what all its register tiles share."""
+
+    c: ConvContext
+    f: IRFunction
+    intr: IntrinsicSet
+    rows: int  # R
+    mode: str  # all, first, mid, last
+    data: str
+    weight: str
+    out: str
+    bias: str | None
+    residual: str | None
+    out2: str | None
+    scale2: str | None
+    shift2: str | None
+    icb_start: str = "0"  # the group's first input channel block
+    kh_lo: str | int = 0  # the kh taps inside the input for this row
+    kh_hi: str | int = 0
+    slots: dict = field(default_factory=dict)  # (row, pixel, chunk) -> accumulator slot, shared by the tiles
+
+
+@dataclass
+class Tile:
+    """One register tile of a row block: ``width`` output pixels from column ``ow0``."""
+
+    width: int
+    ow0: str
+    index: str  # its place in the row, for the prefetch's step count
+    edge: int | None  # its static first column when some of its taps fall in the padding
+    acc: dict  # (row, pixel, chunk) -> accumulator slot
+    obase: str  # output offset of its first pixel
+
+
+def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") -> str:
+    """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, j0, icg0, icg1)``: R output rows of one output
+    channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the weight
+    slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``. ``mode``: ``all`` (the whole
+    reduction), or one batch of it (see :func:`ic_batch`): ``first`` starts from the bias and
+    stores partial sums, ``mid`` adds to them, ``last`` adds and applies the epilogue."""
+    f = IRFunction(f"define internal void @{c.name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
+                   f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
+                   md_base=1000 * R + 100 * ("all", "first", "mid", "last").index(mode))
+    data = arg_ptr(f, SCRATCH_ARG if c.copy_pad or c.compact else 0)
+    weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
+    bias = arg_ptr(f, 3) if c.bias else None
+    residual = arg_ptr(f, 4) if c.residual else None
+    out2, scale2, shift2 = (arg_ptr(f, i) for i in (5, 6, 7)) if c.affine_out else (None, None, None)
+    rb = RowBlock(c, f, intr, R, mode, data, weight, out, bias, residual, out2, scale2, shift2)
+    if c.workload.groups > 1:
+        group = f.op(f"udiv i64 {f.mul('%ob', c.ocb)}, {c.OCg}")
+        rb.icb_start = f.mul(group, c.ICgB)
+    rb.kh_lo, rb.kh_hi = _kh_range(f, c)
+    _row_tiles(rb)
+    f.emit("ret void")
+    return f.text()
+
+
+def _kh_range(f: IRFunction, c: ConvContext) -> tuple[str | int, str | int]:
+    """The kernel rows whose taps fall inside the input for output row ``%oh0`` (R is 1 when
+    the input is read unpadded), or all of them."""
+    if not (c.padded and not c.copy_pad and (c.top or c.bottom)):
+        return 0, c.KH
+    # Taps kh with 0 <= oh0*sh + kh*dh - top < H.
+    a = f.op(f"sub nsw i64 {c.top}, {f.mul('%oh0', c.sh)}")
+    lo = f.op(f"sdiv i64 {f.add(a, c.dh - 1)}, {c.dh}") if c.dh > 1 else a
+    kh_lo = f.op(f"select i1 {f.op(f'icmp sgt i64 {a}, 0')}, i64 {lo}, i64 0")
+    b = f.op(f"sub nsw i64 {c.H - 1 + c.top}, {f.mul('%oh0', c.sh)}")
+    hi = f.add(f.op(f"sdiv i64 {b}, {c.dh}") if c.dh > 1 else b, 1)
+    hi = f.op(f"select i1 {f.op(f'icmp slt i64 {hi}, {c.KH}')}, i64 {hi}, i64 {c.KH}")
+    kh_hi = f.op(f"select i1 {f.op(f'icmp slt i64 {b}, 0')}, i64 0, i64 {hi}")
+    return kh_lo, kh_hi
+
+
+def _row_tiles(rb: RowBlock) -> None:
+    """The row's register tiles: those at the edges whose taps reach into the padding (each
+    compiled with its taps static), a loop over the contiguous middle, and a narrower tail."""
+    c, f, T = rb.c, rb.f, rb.c.T
+
+    def inside(ow0: int, width: int) -> bool:
+        return c.copy_pad or (ow0 * c.sw >= c.left and (ow0 + width - 1) * c.sw + (c.KW - 1) * c.dw - c.left < c.W)
+
+    full = c.OW // T
+    middle = [i for i in range(full) if inside(i * T, T)]  # contiguous
+    lo, hi = (middle[0], middle[-1] + 1) if middle else (full, full)
+    for i in [*range(lo), *range(hi, full)]:
+        emit_tile(rb, T, str(i * T), str(i), edge=i * T)
+    if hi - lo == 1:
+        emit_tile(rb, T, str(lo * T), str(lo))
+    elif hi - lo > 1:
+        with f.loop(hi, start=lo) as tw:
+            emit_tile(rb, T, f.mul(tw, T), tw)
+    if c.OW % T:
+        ow0 = full * T
+        emit_tile(rb, c.OW % T, str(ow0), str(full), edge=None if inside(ow0, c.OW % T) else ow0)
+
+
+def emit_tile(rb: RowBlock, width: int, ow0: str, index: str, edge: int | None = None) -> None:
+    """One register tile: load its accumulators, reduce, store (partial sums or the epilogue)."""
+    c, f = rb.c, rb.f
+    acc = {}
+    for r in range(rb.rows):
+        for t in range(width):
+            for k, (_, w) in enumerate(c.chunks):
+                key = (r, t, k)
+                if key not in rb.slots:
+                    rb.slots[key] = f.slot(vty(w))
+                acc[key] = rb.slots[key]
+    obase = f.affine(("%n", c.OCB * c.OH * c.OW * c.ocb), ("%ob", c.OH * c.OW * c.ocb), ("%oh0", c.OW * c.ocb),
+                     (ow0, c.ocb))
+    tile = Tile(width, ow0, index, edge, acc, obase)
+    _load_accumulators(rb, tile)
+    _reduce(rb, tile)
+    if rb.mode in ("first", "mid"):  # partial sums: the epilogue waits for the last batch
+        _store_partial_sums(rb, tile)
+    else:
+        _store_with_epilogue(rb, tile)
+
+
+def _output_at(rb: RowBlock, tile: Tile, r: int, t: int, k: int) -> str:
+    """The output offset of chunk ``k`` of pixel ``t`` in row ``r`` of a tile."""
+    c = rb.c
+    return rb.f.add(tile.obase, (r * c.OW + t) * c.ocb + c.chunks[k][0])
+
+
+def _load_accumulators(rb: RowBlock, tile: Tile) -> None:
+    """Accumulators start at the partial sums of the batches before (``mid``, ``last``), else
+    at the bias (saves one add per output vector) or zero."""
+    c, f = rb.c, rb.f
+    if rb.mode in ("mid", "last"):
+        for (r, t, k), s in tile.acc.items():
+            w = c.chunks[k][1]
+            f.store(vty(w), f.load(vty(w), f.gep(rb.out, _output_at(rb, tile, r, t, k))), s)
+        return
+    init = {}
+    for k, (off, w) in enumerate(c.chunks):
+        if rb.bias is None:
+            init[k] = "zeroinitializer"
+        else:
+            init[k] = f.load(vty(w), f.gep(rb.bias, f.affine(("%ob", c.ocb), const=off)))
+    for (r, t, k), s in tile.acc.items():
+        f.store(vty(c.chunks[k][1]), init[k], s)
+
+
+def _reduce(rb: RowBlock, tile: Tile) -> None:
+    """The reduction loops: input channel blocks (this batch's), kernel rows (this row's),
+    then ``ic_block, kw unrolled`` or ``kw, ic_block`` as ``unroll_kw`` says."""
+    c, f = rb.c, rb.f
+    with (maybe_loop(f, c.ICgB) if c.batches == 1 else f.loop("%icg1", start="%icg0")) as icg:
+        with (maybe_loop(f, c.KH) if rb.kh_hi == c.KH else f.loop(rb.kh_hi, start=rb.kh_lo)) as kh:
+            if c.config.unroll_kw or tile.edge is not None:  # edge tiles: kw static, to drop taps
+                with maybe_loop(f, c.icb) as ic:
+                    for kw in c.kw_order:
+                        _fma_step(rb, tile, icg, kh, kw, ic)
             else:
-                # Accumulators start at the bias (saves one add per output vector).
-                init = {}
-                for c, (off, w) in enumerate(chunks):
-                    if bias_p is None:
-                        init[c] = "zeroinitializer"
-                    else:
-                        init[c] = f.load(vty(w), f.gep(bias_p, f.affine(("%ob", ocb), const=off)))
-                for (r, t, c), s in acc.items():
-                    f.store(vty(chunks[c][1]), init[c], s)
+                with maybe_loop(f, c.KW) as kw:
+                    with maybe_loop(f, c.icb) as ic:
+                        _fma_step(rb, tile, icg, kh, kw, ic)
 
-            def inner(icg: str, kh: str, kw, ic: str) -> None:
-                taps = [t for t in range(T) if edge is None or 0 <= (edge + t) * sw + kw * dw - left < W]
-                if not taps:
-                    return
-                cb = f.op(f"add nsw i64 {icb_start}, {icg}") if icb_start != "0" else icg
-                if pf_per_step and (kw == 0 or isinstance(kw, str)):
-                    # One step = one trip of the innermost loop: prefetch its share of the next slice.
-                    ici = [(ic, 1)] if config.unroll_kw else [(kw, icb), (ic, 1)]
-                    step = f.affine(("%j0", 1), (tidx, ICgB * KH * steps_ic), (icg, KH * steps_ic), (kh, steps_ic), *ici)
-                    for q in range(pf_per_step):
-                        line = f.op(f"mul nsw i64 {step}, {pf_per_step}")
-                        line = f.add(line, q)
-                        small = f.op(f"icmp slt i64 {line}, {slice_lines - 1}")
-                        line = f.op(f"select i1 {small}, i64 {line}, i64 {slice_lines - 1}")
-                        addr = f.gep("%pf", f.mul(line, 64), "i8")
-                        f.emit(f"call void @llvm.prefetch.p0(ptr {addr}, i32 0, i32 2, i32 1)")
-                kwv = [(kw, icb * ocb)] if isinstance(kw, str) else []
-                kwc = kw * icb * ocb if isinstance(kw, int) else 0
-                wbase = f.affine(("%ob", ICgB * KH * KW * icb * ocb), (icg, KH * KW * icb * ocb),
-                                 (kh, KW * icb * ocb), *kwv, (ic, ocb), const=kwc)
-                kwv = [(kw, dw * icb)] if isinstance(kw, str) else []
-                kwc = kw * dw * icb if isinstance(kw, int) else 0
-                dbase = f.affine(("%n", ICB * Hs * Ws * icb), (cb, Hs * Ws * icb), ("%oh0", sh * Ws * icb),
-                                 (kh, dh * Ws * icb), (ow0, sw * icb), *kwv, (ic, 1), const=kwc + origin)
-                pix = [(r, t) for r in range(R) for t in taps]
-                widths = sorted({w for _, w in chunks})
 
-                def broadcasts(r: int, t: int) -> dict[int, str]:
-                    x = f.load("float", f.gep(data, f.add(dbase, r * sh * Ws * icb + t * sw * icb)))
-                    return {w: splat(f, x, w) for w in widths}
+def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: str) -> None:
+    """One trip of the innermost loop: input channel ``ic`` of block ``icg`` at tap
+    ``(kh, kw)`` into every accumulator of the tile (taps in the padding left out)."""
+    c, f = rb.c, rb.f
+    taps = [t for t in range(tile.width)
+            if tile.edge is None or 0 <= (tile.edge + t) * c.sw + kw * c.dw - c.left < c.W]
+    if not taps:
+        return
+    cb = f.op(f"add nsw i64 {rb.icb_start}, {icg}") if rb.icb_start != "0" else icg
+    if c.pf_per_step and (kw == 0 or isinstance(kw, str)):
+        _prefetch_weights(rb, tile, icg, kh, kw, ic)
+    kwv = [(kw, c.icb * c.ocb)] if isinstance(kw, str) else []
+    kwc = kw * c.icb * c.ocb if isinstance(kw, int) else 0
+    wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icb * c.ocb), (icg, c.KH * c.KW * c.icb * c.ocb),
+                     (kh, c.KW * c.icb * c.ocb), *kwv, (ic, c.ocb), const=kwc)
+    kwv = [(kw, c.dw * c.icb)] if isinstance(kw, str) else []
+    kwc = kw * c.dw * c.icb if isinstance(kw, int) else 0
+    dbase = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.Ws * c.icb),
+                     (kh, c.dh * c.Ws * c.icb), (tile.ow0, c.sw * c.icb), *kwv, (ic, 1), const=kwc + c.origin)
+    _fma_tile(rb, tile, [(r, t) for r in range(rb.rows) for t in taps], wbase, dbase)
 
-                def weights(c: int) -> str:
-                    off, w = chunks[c]
-                    return f.load(vty(w), f.gep(weight, f.add(wbase, off) if off else wbase))
 
-                def fma(r: int, t: int, c: int, x: str, wc: str) -> None:
-                    w, s = chunks[c][1], acc[(r, t, c)]
-                    f.store(vty(w), intr.call(f, "fma", w, x, wc, f.load(vty(w), s)), s)
+def _prefetch_weights(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: str) -> None:
+    """This step's share of the next weight slice (one step = one trip of the innermost loop)."""
+    c, f = rb.c, rb.f
+    ici = [(ic, 1)] if c.config.unroll_kw else [(kw, c.icb), (ic, 1)]
+    step = f.affine(("%j0", 1), (tile.index, c.ICgB * c.KH * c.steps_ic), (icg, c.KH * c.steps_ic),
+                    (kh, c.steps_ic), *ici)
+    for q in range(c.pf_per_step):
+        line = f.op(f"mul nsw i64 {step}, {c.pf_per_step}")
+        line = f.add(line, q)
+        small = f.op(f"icmp slt i64 {line}, {c.slice_lines - 1}")
+        line = f.op(f"select i1 {small}, i64 {line}, i64 {c.slice_lines - 1}")
+        addr = f.gep("%pf", f.mul(line, 64), "i8")
+        f.emit(f"call void @llvm.prefetch.p0(ptr {addr}, i32 0, i32 2, i32 1)")
 
-                # Fewer live registers: a tile with more vectors than pixels holds all its broadcasts
-                # and one weight vector at a time; otherwise all its weights and one broadcast.
-                if len(chunks) > len(pix):
-                    xs = {p: broadcasts(*p) for p in pix}
-                    for c, (_, w) in enumerate(chunks):
-                        wc = weights(c)
-                        for r, t in pix:
-                            fma(r, t, c, xs[(r, t)][w], wc)
-                else:
-                    wv = [weights(c) for c in range(len(chunks))]
-                    for r, t in pix:
-                        xs = broadcasts(r, t)
-                        for c, (_, w) in enumerate(chunks):
-                            fma(r, t, c, xs[w], wv[c])
 
-            with (maybe_loop(f, ICgB) if batches == 1 else f.loop("%icg1", start="%icg0")) as icg:
-                with (maybe_loop(f, KH) if kh_hi == KH else f.loop(kh_hi, start=kh_lo)) as kh:
-                    if config.unroll_kw or edge is not None:  # edge tiles: kw static, to drop taps
-                        with maybe_loop(f, icb) as ic:
-                            for kw in kw_order:
-                                inner(icg, kh, kw, ic)
-                    else:
-                        with maybe_loop(f, KW) as kw:
-                            with maybe_loop(f, icb) as ic:
-                                inner(icg, kh, kw, ic)
+def _fma_tile(rb: RowBlock, tile: Tile, pix: list[tuple[int, int]], wbase: str, dbase: str) -> None:
+    """The FMAs of one step over the tile's pixels ``pix`` (row, column): a tile with more
+    vectors than pixels holds all its broadcasts and one weight vector at a time; otherwise
+    all its weights and one broadcast (fewer live registers either way)."""
+    c, f = rb.c, rb.f
+    widths = sorted({w for _, w in c.chunks})
 
-            if mode in ("first", "mid"):  # partial sums: the epilogue waits for the last batch
-                for (r, t, c), s in acc.items():
-                    off, w = chunks[c]
-                    f.store(vty(w), f.load(vty(w), s), f.gep(out, f.add(obase, (r * OW + t) * ocb + off)))
-                return
-            affine = {}
-            if affine_out:
-                for c, (off, w) in enumerate(chunks):
-                    at = f.affine(("%ob", ocb), const=off)
-                    affine[c] = (f.load(vty(w), f.gep(scale2, at)), f.load(vty(w), f.gep(shift2, at)))
-            for (r, t, c), s in acc.items():
-                off, w = chunks[c]
-                idx = f.add(obase, (r * OW + t) * ocb + off)
-                rp = f.gep(res_p, idx) if res_p is not None else None
-                value = epilogue(f, intr, f.load(vty(w), s), w, rp, activation)
-                f.store(vty(w), value, f.gep(out, idx))
-                if affine_out:
-                    second = intr.call(f, "fma", w, value, *affine[c])
-                    f.store(vty(w), epilogue(f, intr, second, w, None, affine_activation), f.gep(out2, idx))
+    def broadcasts(r: int, t: int) -> dict[int, str]:
+        x = f.load("float", f.gep(rb.data, f.add(dbase, r * c.sh * c.Ws * c.icb + t * c.sw * c.icb)))
+        return {w: splat(f, x, w) for w in widths}
 
-        def inside(ow0: int, width: int) -> bool:
-            return copy_pad or (ow0 * sw >= left and (ow0 + width - 1) * sw + (KW - 1) * dw - left < W)
+    def weights(k: int) -> str:
+        off, w = c.chunks[k]
+        return f.load(vty(w), f.gep(rb.weight, f.add(wbase, off) if off else wbase))
 
-        full = OW // T
-        middle = [i for i in range(full) if inside(i * T, T)]  # contiguous
-        lo, hi = (middle[0], middle[-1] + 1) if middle else (full, full)
-        for i in [*range(lo), *range(hi, full)]:
-            tile(T, str(i * T), str(i), edge=i * T)
-        if hi - lo == 1:
-            tile(T, str(lo * T), str(lo))
-        elif hi - lo > 1:
-            with f.loop(hi, start=lo) as tw:
-                tile(T, f.mul(tw, T), tw)
-        if OW % T:
-            ow0 = full * T
-            tile(OW % T, str(ow0), str(full), edge=None if inside(ow0, OW % T) else ow0)
-        f.emit("ret void")
-        return f.text()
+    def fma(r: int, t: int, k: int, x: str, wk: str) -> None:
+        w, s = c.chunks[k][1], tile.acc[(r, t, k)]
+        f.store(vty(w), rb.intr.call(f, "fma", w, x, wk, f.load(vty(w), s)), s)
 
-    row_sizes = {ohb} | ({OH % ohb} if OH % ohb else set())
-    modes = ["all"] if batches == 1 else ["first", "last"] + (["mid"] if batches > 2 else [])
-    functions += [block_function(R, m) for R in sorted(row_sizes) for m in modes]
+    if len(c.chunks) > len(pix):
+        xs = {p: broadcasts(*p) for p in pix}
+        for k, (_, w) in enumerate(c.chunks):
+            wk = weights(k)
+            for r, t in pix:
+                fma(r, t, k, xs[(r, t)][w], wk)
+    else:
+        wv = [weights(k) for k in range(len(c.chunks))]
+        for r, t in pix:
+            xs = broadcasts(r, t)
+            for k, (_, w) in enumerate(c.chunks):
+                fma(r, t, k, xs[w], wv[k])
 
-    # Work item: rows [hb*G, hb*G+G) of output channel block ob; its thread's next item
-    # is known, and when that one starts a new channel block its weight slice is
-    # prefetched into L2 meanwhile (in a network the weights come from memory).
-    f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item, i64 %next) nounwind", md_base=50_000)
-    n, ob, hb = decompose(f, "%item", [N, OCB, NB])
+
+def _store_partial_sums(rb: RowBlock, tile: Tile) -> None:
+    f, chunks = rb.f, rb.c.chunks
+    for (r, t, k), s in tile.acc.items():
+        w = chunks[k][1]
+        f.store(vty(w), f.load(vty(w), s), f.gep(rb.out, _output_at(rb, tile, r, t, k)))
+
+
+def _store_with_epilogue(rb: RowBlock, tile: Tile) -> None:
+    """``out = act(acc + residual)``, and with ``affine_out`` also
+    ``out2 = act2(out * scale2 + shift2)``."""
+    c, f, intr = rb.c, rb.f, rb.intr
+    affine = {}
+    if c.affine_out:
+        for k, (off, w) in enumerate(c.chunks):
+            at = f.affine(("%ob", c.ocb), const=off)
+            affine[k] = (f.load(vty(w), f.gep(rb.scale2, at)), f.load(vty(w), f.gep(rb.shift2, at)))
+    for (r, t, k), s in tile.acc.items():
+        w = c.chunks[k][1]
+        idx = _output_at(rb, tile, r, t, k)
+        rp = f.gep(rb.residual, idx) if rb.residual is not None else None
+        value = epilogue(f, intr, f.load(vty(w), s), w, rp, c.activation)
+        f.store(vty(w), value, f.gep(rb.out, idx))
+        if c.affine_out:
+            second = intr.call(f, "fma", w, value, *affine[k])
+            f.store(vty(w), epilogue(f, intr, second, w, None, c.affine_activation), f.gep(rb.out2, idx))
+
+
+def work_item_ir(c: ConvContext) -> str:
+    """``@name_item(args, item, next)``: rows ``[hb*G, hb*G+G)`` of output channel block ``ob``,
+    batch by batch. Its thread's next item is known; when that one starts a new channel
+    block, its weight slice is prefetched into L2 meanwhile (in a network the weights come
+    from memory)."""
+    f = IRFunction(f"define internal void @{c.name}_item(ptr %args, i64 %item, i64 %next) nounwind", md_base=50_000)
+    n, ob, hb = decompose(f, "%item", [c.N, c.OCB, c.NB])
     weight = arg_ptr(f, 1)
-    if pf_per_step:
+    if c.pf_per_step:
         has = f.op("icmp sge i64 %next, 0")
         nxt = f.op(f"select i1 {has}, i64 %next, i64 %item")
-        nob = decompose(f, nxt, [N, OCB, NB])[1]
+        nob = decompose(f, nxt, [c.N, c.OCB, c.NB])[1]
         new = f.op(f"icmp ne i64 {nob}, {ob}")
         target = f.op(f"select i1 {new}, i64 {nob}, i64 {ob}")
-        pf = f.gep(weight, f.mul(target, slice_floats))
+        pf = f.gep(weight, f.mul(target, c.slice_floats))
     else:
         pf = weight
-    oh_begin = f.mul(hb, G)
-    full_tiles = G // ohb
-    if OH % G or G % ohb:  # the last block is shorter
-        rows = f.op(f"sub nsw i64 {OH}, {oh_begin}")
-        small = f.op(f"icmp slt i64 {rows}, {G}")
-        rows = f.op(f"select i1 {small}, i64 {rows}, i64 {G}")
-        nfull = f.op(f"udiv i64 {rows}, {ohb}") if ohb > 1 else rows
+    oh_begin = f.mul(hb, c.G)
+    if c.OH % c.G or c.G % c.ohb:  # the last block is shorter
+        rows = f.op(f"sub nsw i64 {c.OH}, {oh_begin}")
+        small = f.op(f"icmp slt i64 {rows}, {c.G}")
+        rows = f.op(f"select i1 {small}, i64 {rows}, i64 {c.G}")
+        nfull = f.op(f"udiv i64 {rows}, {c.ohb}") if c.ohb > 1 else rows
     else:
-        rows, nfull = str(G), str(full_tiles)
-
-    def all_rows(mode: str, icg0, icg1) -> None:
-        """This item's rows (full tiles, then the shorter tail) over input channel blocks [icg0, icg1)."""
-        call = f"ptr {pf}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
-        with f.loop(nfull) as rt:
-            oh0 = f.op(f"add nsw i64 {oh_begin}, {f.mul(rt, ohb)}")
-            j0 = f.mul(rt, steps_per_row_tile)
-            f.emit(f"call void @{name}_rows{ohb}_{mode}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, " + call.format(j0=j0))
-        if OH % ohb:
-            done = f.mul(nfull, ohb)
-            tail = f.op(f"icmp slt i64 {done}, {rows}")
-            tail_label, end_label = f.fresh("rowtail"), f.fresh("end")
-            f.emit(f"br i1 {tail}, label %{tail_label}, label %{end_label}")
-            f.label(tail_label)
-            oh0 = f.op(f"add nsw i64 {oh_begin}, {done}")
-            j0 = f.mul(nfull, steps_per_row_tile)
-            f.emit(f"call void @{name}_rows{OH % ohb}_{mode}(ptr %args, i64 {n}, i64 {ob}, i64 {oh0}, "
-                   + call.format(j0=j0))
-            f.emit(f"br label %{end_label}")
-            f.label(end_label)
-
-    if batches == 1:
-        all_rows("all", 0, ICgB)
+        rows, nfull = str(c.G), str(c.G // c.ohb)
+    item = _Item(n, ob, pf, oh_begin, rows, nfull)
+    if c.batches == 1:
+        _call_row_blocks(f, c, item, "all", 0, c.ICgB)
     else:  # the reduction in batches whose weights stay in L1 across all the item's rows
-        all_rows("first", 0, batch_icg)
-        if batches > 2:
-            with f.loop(batches - 1, start=1) as b:
-                icg0 = f.mul(b, batch_icg)
-                all_rows("mid", icg0, f.add(icg0, batch_icg))
-        all_rows("last", (batches - 1) * batch_icg, ICgB)
+        _call_row_blocks(f, c, item, "first", 0, c.batch_icg)
+        if c.batches > 2:
+            with f.loop(c.batches - 1, start=1) as b:
+                icg0 = f.mul(b, c.batch_icg)
+                _call_row_blocks(f, c, item, "mid", icg0, f.add(icg0, c.batch_icg))
+        _call_row_blocks(f, c, item, "last", (c.batches - 1) * c.batch_icg, c.ICgB)
     f.emit("ret void")
-    functions.append(f.text())
+    return f.text()
 
-    phases = []
-    if copy_pad:
-        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, ICB, H, W, icb, workload.padding))
-        phases.append((f"{name}_pad", N * ICB * H))
-    if compact:
-        functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", source, icb, SCRATCH_ARG))
-        phases.append((f"{name}_sub", N * ICB * source.out_height))
-    phases.append((f"{name}_item", N * OCB * NB, True))
-    return "".join(functions) + intr.declarations() + PREFETCH_DECL + parallel_entry_ir(name, phases)
+
+@dataclass(frozen=True)
+class _Item:
+    """A work item's values in :func:`work_item_ir`."""
+
+    n: str
+    ob: str  # output channel block
+    pf: str  # the weight slice to prefetch
+    oh_begin: str  # first output row
+    rows: str  # its rows
+    nfull: str  # its full register tile rows
+
+
+def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0, icg1) -> None:
+    """The item's rows (full tiles, then the shorter tail) over input channel blocks [icg0, icg1)."""
+    call = f"ptr {item.pf}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
+    with f.loop(item.nfull) as rt:
+        oh0 = f.op(f"add nsw i64 {item.oh_begin}, {f.mul(rt, c.ohb)}")
+        j0 = f.mul(rt, c.steps_per_row_tile)
+        f.emit(f"call void @{c.name}_rows{c.ohb}_{mode}(ptr %args, i64 {item.n}, i64 {item.ob}, i64 {oh0}, "
+               + call.format(j0=j0))
+    if c.OH % c.ohb:
+        done = f.mul(item.nfull, c.ohb)
+        tail = f.op(f"icmp slt i64 {done}, {item.rows}")
+        tail_label, end_label = f.fresh("rowtail"), f.fresh("end")
+        f.emit(f"br i1 {tail}, label %{tail_label}, label %{end_label}")
+        f.label(tail_label)
+        oh0 = f.op(f"add nsw i64 {item.oh_begin}, {done}")
+        j0 = f.mul(item.nfull, c.steps_per_row_tile)
+        f.emit(f"call void @{c.name}_rows{c.OH % c.ohb}_{mode}(ptr %args, i64 {item.n}, i64 {item.ob}, i64 {oh0}, "
+               + call.format(j0=j0))
+        f.emit(f"br label %{end_label}")
+        f.label(end_label)
 
 
 class Conv2DKernel(Kernel):
@@ -665,10 +755,7 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     >>> supported(dw, Conv2DConfig(4, 4, 2)), supported(dw, Conv2DConfig(2, 4, 2))
     (True, False)
     """
-    if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        from kernels.depthwise import _check as check
-    else:
-        check = _check
+    check = check_depthwise if workload.is_depthwise and workload.out_channels == workload.in_channels else _check
     try:
         check(workload, config, None)
     except ValueError:
@@ -686,8 +773,6 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     (which has no affine second output).
     """
     if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        from kernels.depthwise import build_depthwise
-
         if affine_out:
             raise ValueError("depthwise kernels have no affine second output")
         return build_depthwise(workload, config, bias=bias, residual=residual, activation=activation)

@@ -24,8 +24,8 @@ import functools
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.conv2d import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue,
-                            maybe_loop, pad_copy_ir, vector_chunks, vty)
+from kernels.ir import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue, maybe_loop,
+                        pad_copy_ir, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -35,7 +35,7 @@ __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
 SCRATCH_ARG = len(BASE_ARGS)  # data, weight, out, bias, residual, then the padded-input scratch
 
 
-def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
+def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     C = workload.in_channels
     if not (workload.is_depthwise and workload.out_channels == C):
         raise ValueError(f"not a depthwise conv with channel multiplier 1: {workload}")
@@ -50,7 +50,7 @@ def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
 def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                  activation: str | None = None, name: str = "depthwise", lanes: int | None = None) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args as in :mod:`kernels.conv2d`)."""
-    _check(workload, config, activation)
+    check_depthwise(workload, config, activation)
     lanes = lanes or host_cpu().lanes
     N, C, H, W = workload.data_shape
     _, _, KH, KW = workload.kernel_shape

@@ -14,8 +14,10 @@ True
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from kernels import threads
+from kernels.pool_ir import RUNTIME_IR
 
 _lock = threading.Lock()
 _engines: dict[str, "CompiledModule"] = {}
@@ -101,6 +104,39 @@ def _new_target_machine() -> llvm.TargetMachine:
 _target_machine = functools.lru_cache(maxsize=None)(_new_target_machine)
 
 
+_pool_lock = threading.Lock()
+_pool_runtime = None  # the pool's execution engine, kept alive
+
+
+def _load_pool_runtime() -> None:
+    """Compile the thread pool's runtime (:mod:`kernels.threads`), make ``gt_parallel``
+    resolvable by the JIT linker and start the workers (idempotent; :func:`compile_ir`
+    calls it before linking a kernel)."""
+    global _pool_runtime
+    if _pool_runtime is not None:
+        return
+    with _pool_lock:
+        if _pool_runtime is not None:
+            return
+        _initialise()
+        module = llvm.parse_assembly(RUNTIME_IR)
+        module.triple = _target_machine().triple
+        module.verify()
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        engine.finalize_object()
+        llvm.add_symbol("gt_parallel", engine.get_function_address("gt_parallel"))
+        worker = engine.get_function_address("gt_worker")
+        shutdown = ctypes.CFUNCTYPE(None)(engine.get_function_address("gt_shutdown"))
+        libc = ctypes.CDLL(None, use_errno=True)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        for _ in range(max(threads.num_threads(), cores) - 1):
+            tid = ctypes.c_ulong()
+            if libc.pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(worker), None) != 0:
+                break  # fewer workers: jobs still complete (the caller takes every item left)
+        atexit.register(shutdown)
+        _pool_runtime = (engine, shutdown)
+
+
 class CompiledModule:
     """A JIT-compiled module; ``module[name]`` is a function's raw address (an int)."""
 
@@ -137,7 +173,7 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         if cache and ir_text in _engines:
             return _engines[ir_text]
         _initialise()
-        threads.ensure_runtime_loaded()  # gt_parallel must resolve when linking
+        _load_pool_runtime()  # gt_parallel must resolve when linking
         module = llvm.parse_assembly(ir_text)
         module.triple = _target_machine().triple
         module.data_layout = str(_target_machine().target_data)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from kernels.conv2d import decompose
+from kernels.ir import decompose
 from kernels.jit import IRFunction, Kernel, compile_ir
 from kernels.packing import from_blocked, to_blocked
 from kernels.threads import parallel_entry_ir

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from kernels.conv2d import IntrinsicSet, arg_ptr, decompose, vector_chunks, vty
+from kernels.ir import IntrinsicSet, arg_ptr, decompose, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
 from kernels.threads import parallel_entry_ir

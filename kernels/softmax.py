@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from kernels.conv2d import IntrinsicSet, arg_ptr, const_splat, splat, vector_chunks, vty
+from kernels.ir import IntrinsicSet, arg_ptr, const_splat, splat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 
@@ -36,7 +36,6 @@ def softmax_ir(rows: int, cols: int, name: str = "softmax", lanes: int | None = 
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     x, out = arg_ptr(f, 0), arg_ptr(f, 1)
     row = f.mul("%item", cols)
-    reduce = {"max": "fmax", "sum": "fadd"}
 
     def over(body) -> None:
         """Call ``body(index, width)`` for every vector of the row."""

@@ -18,7 +18,8 @@ Workers (pthreads, started once) spin ~0.5 ms between kernels, then sleep on a f
 Linux may wake a sleeper onto its waker's CPU, where it waits for the caller: the caller
 therefore yields its CPU while it waits, and a job that is over before a worker gets to
 run simply ran on fewer threads. Thread count: env ``GRAPH_TUNER_NUM_THREADS``, default all usable cores; the
-pool has ``max(that, cores) - 1`` workers.
+pool has ``max(that, cores) - 1`` workers. The JIT (:mod:`kernels.jit`) compiles the pool's
+runtime (:mod:`kernels.pool_ir`) and starts the workers before it links the first kernel.
 
 >>> num_threads() >= 1
 True
@@ -27,48 +28,7 @@ True
 """
 from __future__ import annotations
 
-import atexit
-import ctypes
 import os
-import threading
-
-import llvmlite.binding as llvm
-
-from kernels.pool_ir import RUNTIME_IR
-
-_lock = threading.Lock()
-_runtime = None  # the pool's execution engine, kept alive
-
-
-def ensure_runtime_loaded() -> None:
-    """Compile the pool runtime, make ``gt_parallel`` resolvable by the JIT linker and start
-    the workers (idempotent; jit.compile_ir calls it before linking a kernel)."""
-    global _runtime
-    if _runtime is not None:
-        return
-    with _lock:
-        if _runtime is not None:
-            return
-        from kernels.jit import _initialise, _new_target_machine, _target_machine
-
-        _initialise()
-        module = llvm.parse_assembly(RUNTIME_IR)
-        module.triple = _target_machine().triple
-        module.verify()
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
-        engine.finalize_object()
-        llvm.add_symbol("gt_parallel", engine.get_function_address("gt_parallel"))
-        worker = engine.get_function_address("gt_worker")
-        shutdown = ctypes.CFUNCTYPE(None)(engine.get_function_address("gt_shutdown"))
-        libc = ctypes.CDLL(None, use_errno=True)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        for _ in range(max(num_threads(), cores) - 1):
-            tid = ctypes.c_ulong()
-            if libc.pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(worker), None) != 0:
-                break  # fewer workers: jobs still complete (the caller takes every item left)
-        atexit.register(shutdown)
-        _runtime = (engine, shutdown)
-
 
 # The pool starts one OS thread per thread asked for: a typo such as 100000 must not.
 MAX_THREADS = 1024

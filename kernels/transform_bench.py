@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterable
 
-__all__ = ["Key", "cache_path", "load_cached", "measure_transforms", "normalize_key",
+__all__ = ["Key", "cache_path", "default_cache_dir", "load_cached", "measure_transforms", "normalize_key",
            "sweep_stale_temps", "time_transform"]
 
 Key = tuple[tuple[int, int, int, int], int, int]
@@ -63,6 +63,11 @@ def normalize_key(key) -> Key:
     return shape, src, dst  # type: ignore[return-value]
 
 
+def default_cache_dir() -> Path:
+    """The cache folder: ``$GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``."""
+    return Path(os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")
+
+
 def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
     """The cache file of ``cpu`` (a :class:`kernels.jit.HostCPU`; default: this host).
 
@@ -74,7 +79,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
         from kernels.jit import host_cpu
 
         cpu = host_cpu()
-    folder = Path(cache_dir or os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")
+    folder = Path(cache_dir or default_cache_dir())
     digest = hashlib.sha256(cpu.features.encode()).hexdigest()[:12]
     return folder / f"transforms-{PROTOCOL}-{cpu.name}-{digest}.jsonl"
 

@@ -241,6 +241,76 @@ def transfer_pick(configs: list[Conv2DConfig], seconds: Mapping[int, float | Non
     return None
 
 
+@dataclass
+class _Search:
+    """How :func:`tune` picks the next config: ``seconds`` (config index -> search seconds,
+    None: failed) grows as it measures; the model's features and prior are per config."""
+
+    workload: Conv2DWorkload
+    configs: list[Conv2DConfig]  # the space, by index
+    candidates: list[int]  # buildable and not hopeless
+    seconds: dict[int, float | None]
+    trials: int
+    lanes: int
+    min_pairs: int
+    epsilon: float
+    seed: int
+    default: int | None  # AutoTVM's fallback schedule, measured first
+    feats: np.ndarray = field(init=False)
+    prior: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.feats = np.array([features(self.workload, c, self.lanes) for c in self.configs])
+        self.prior = np.array([prior_log_time(self.workload, c, self.lanes) for c in self.configs])
+
+    def predicted(self) -> np.ndarray:
+        """Predicted log times. The model learns the measured landscape's departure from the
+        prior, so with few points (strongly regularised) it stays close to the prior instead
+        of extrapolating."""
+        ok = [(i, s) for i, s in self.seconds.items() if s is not None and s > 0]
+        if len(ok) < 3:
+            return self.prior
+        idx = np.array([i for i, _ in ok])
+        residual = np.log([s for _, s in ok]) - self.prior[idx]
+        return self.prior + _ridge(self.feats[idx], residual, alpha=max(1.0, 30.0 / len(ok)))(self.feats)
+
+    def measured_pairs(self) -> set[tuple[int, int]]:
+        return {(self.configs[i].ic_bn, self.configs[i].oc_bn) for i, s in self.seconds.items() if s is not None}
+
+    def pick(self) -> int | None:
+        """The next config to measure, None when none is left."""
+        configs, seconds, lanes = self.configs, self.seconds, self.lanes
+        unmeasured = [i for i in self.candidates if i not in seconds]
+        if not unmeasured:
+            return None
+        if len(seconds) >= self.trials - self.trials // 4:
+            moved = transfer_pick(configs, seconds, unmeasured, lanes)
+            if moved is not None:
+                return moved
+        if self.default is not None and self.default not in seconds and supported(self.workload,
+                                                                                 configs[self.default]):
+            return self.default
+        pred = self.predicted()
+        have = self.measured_pairs()
+        if len(have) < self.min_pairs:
+            # A pair whose config failed is tried: another of its configs would likely fail
+            # too (a refused block size), and the guided search can still come back to it.
+            tried = {(configs[i].ic_bn, configs[i].oc_bn) for i in seconds}
+            open_pairs = [i for i in unmeasured if (configs[i].ic_bn, configs[i].oc_bn) not in tried]
+            if open_pairs:
+                def pair_rank(i: int) -> tuple:
+                    c = configs[i]
+                    return (abs(math.log2(c.oc_bn / lanes)) + 0.5 * abs(math.log2(c.ic_bn / lanes)), pred[i])
+                return min(open_pairs, key=pair_rank)
+        unmeasured.sort(key=lambda i: pred[i])
+        # Seeded by how far the search is, not once per call: a rerun resuming after a kill
+        # makes the choices the unkilled run would have made.
+        rng = random.Random(self.seed * 1_000_003 + len(seconds))
+        if rng.random() < self.epsilon:
+            return rng.choice(unmeasured[: max(1, len(unmeasured) // 2)])
+        return unmeasured[0]
+
+
 def tune(
     workload: Conv2DWorkload,
     *,
@@ -291,63 +361,18 @@ def tune(
     candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
-    feats = np.array([features(workload, c, lanes) for c in configs])
-    prior = np.array([prior_log_time(workload, c, lanes) for c in configs])
     seconds: dict[int, float | None] = dict(result.previous)
-    start = time.perf_counter()
-
-    def predicted() -> np.ndarray:
-        # The model learns the measured landscape's departure from the prior, so with few
-        # points (strongly regularised) it stays close to the prior instead of extrapolating.
-        ok = [(i, s) for i, s in seconds.items() if s is not None and s > 0]
-        if len(ok) < 3:
-            return prior
-        idx = np.array([i for i, _ in ok])
-        residual = np.log([s for _, s in ok]) - prior[idx]
-        return prior + _ridge(feats[idx], residual, alpha=max(1.0, 30.0 / len(ok)))(feats)
-
-    def measured_pairs() -> set[tuple[int, int]]:
-        return {(configs[i].ic_bn, configs[i].oc_bn) for i, s in seconds.items() if s is not None}
-
     try:
-        default: int | None = space.index(_entity_of(fallback_config(workload, lanes), space))
+        default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
-
-    def pick() -> int | None:
-        unmeasured = [i for i in candidates if i not in seconds]
-        if not unmeasured:
-            return None
-        if len(seconds) >= trials - trials // 4:
-            moved = transfer_pick(configs, seconds, unmeasured, lanes)
-            if moved is not None:
-                return moved
-        if default is not None and default not in seconds and supported(workload, configs[default]):
-            return default
-        pred = predicted()
-        have = measured_pairs()
-        if len(have) < min_pairs:
-            # A pair whose config failed is tried: another of its configs would likely fail
-            # too (a refused block size), and the guided search can still come back to it.
-            tried = {(configs[i].ic_bn, configs[i].oc_bn) for i in seconds}
-            open_pairs = [i for i in unmeasured if (configs[i].ic_bn, configs[i].oc_bn) not in tried]
-            if open_pairs:
-                def pair_rank(i: int) -> tuple:
-                    c = configs[i]
-                    return (abs(math.log2(c.oc_bn / lanes)) + 0.5 * abs(math.log2(c.ic_bn / lanes)), pred[i])
-                return min(open_pairs, key=pair_rank)
-        unmeasured.sort(key=lambda i: pred[i])
-        # Seeded by how far the search is, not once per call: a rerun resuming after a kill
-        # makes the choices the unkilled run would have made.
-        rng = random.Random(seed * 1_000_003 + len(seconds))
-        if rng.random() < epsilon:
-            return rng.choice(unmeasured[: max(1, len(unmeasured) // 2)])
-        return unmeasured[0]
+    search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default)
+    start = time.perf_counter()
 
     while len(seconds) < trials:
         if time_budget is not None and time.perf_counter() - start >= time_budget:
             break
-        i = pick()
+        i = search.pick()
         if i is None:
             break
         m = _run(measure, workload, space, i, configs[i])
@@ -414,7 +439,7 @@ def retime(
         return []
     measure = measure or KernelTimer()
     space = tuning_space(workload)
-    indices = [space.index(_entity_of(c, space)) for c in configs]
+    indices = [space.index(space.config_entity(c)) for c in configs]
     out = []
     for r in range(rounds):
         k = r % len(configs) if configs else 0
@@ -427,16 +452,6 @@ def retime(
             if callback is not None:
                 callback(m)
     return out
-
-
-def _entity_of(config: Conv2DConfig, space: Space) -> dict:
-    """The entity of ``config`` in ``space`` (inverse of ``ConfigSpace.config``)."""
-    entity = {"tile_ic": [-1, config.ic_bn], "tile_oc": [-1, config.oc_bn], "tile_ow": [-1, config.ow_bn]}
-    if "tile_oh" in space.names:
-        entity["tile_oh"] = config.oh_bn
-    if "unroll_kw" in space.names:
-        entity["unroll_kw"] = config.unroll_kw
-    return entity
 
 
 def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Conv2DConfig) -> Measurement:

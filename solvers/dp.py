@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -140,17 +141,7 @@ def solve_dp(
     for fid, f in enumerate(factors):
         for v in f.scope:
             by_var[v].add(fid)
-    # entries of u that the factors shared with v tell apart (for the order heuristic)
-    axis: dict[tuple[int, int], int] = {}
-    pair_keys: dict[tuple[int, int], list[np.ndarray]] = {}
-    for f in factors:
-        for a, u in enumerate(f.scope):
-            for v in f.scope:
-                if v != u:
-                    pair_keys.setdefault((u, v), []).append(f.idx[a])
-    for key, keys in pair_keys.items():
-        axis[key] = keys[0].max() + 1 if len(keys) == 1 else int(group(*keys)[0].max()) + 1
-    order = elimination_order(axis, {v: len(unary[v]) for v in range(nvars)})
+    order = elimination_order(_distinct_entries(factors), {v: len(unary[v]) for v in range(nvars)})
     t1 = time.perf_counter()
 
     constant = 0.0
@@ -166,102 +157,28 @@ def solve_dp(
         if not fs:
             constant += float(unary[v].min())
             continue
-        scope = sorted({u for f in fs for u in f.scope} - {v}) + [v]
-        where = {u: n for n, u in enumerate(scope)}
-        # common grouping of each variable's choices across the joined factors
-        maps: dict[tuple[int, int], np.ndarray] = {}  # (factor no, axis) -> new entry -> old entry
-        shape, new_idx = [], []
-        vgroups = None
-        for u in scope:
-            holders = [(n, f.scope.index(u)) for n, f in enumerate(fs) if u in f.scope]
-            if len(holders) == 1:
-                n, ax = holders[0]
-                inv = fs[n].idx[ax]
-                maps[(n, ax)] = None
-                count = fs[n].table.shape[ax]
-            else:
-                inv, rep = group(*(fs[n].idx[ax] for n, ax in holders),
-                                   radices=[fs[n].table.shape[ax] for n, ax in holders])
-                for n, ax in holders:
-                    maps[(n, ax)] = fs[n].idx[ax][rep]
-                count = len(rep)
-            shape.append(count)
-            if u == v:
-                vgroups = inv
-            else:
-                new_idx.append(inv)
-        entries = math.prod(shape)
+        join = _Join.of(v, fs)
+        entries = math.prod(join.shape)
         if entries > max_table_entries:
             raise TableTooLarge(
-                f"dp needs a table of {entries:.3g} entries (over {len(scope)} variables) > "
+                f"dp needs a table of {entries:.3g} entries (over {len(join.scope)} variables) > "
                 f"max_table_entries={max_table_entries}; use method='ilp' (or raise the cap)"
             )
-        width, largest = max(width, len(scope)), max(largest, entries)
-        vcost = np.full(shape[-1], np.inf)
-        np.minimum.at(vcost, vgroups, unary[v])
-
-        def placed(n, keep_v_axis=False):
-            """Factor n's table broadcastable against the joined table (scope order)."""
-            f = fs[n]
-            t = f.table
-            sel = [None if (keep_v_axis and u == v) else maps[(n, ax)]
-                   for ax, u in enumerate(f.scope)]
-            if any(s is not None for s in sel):
-                t = t[np.ix_(*[np.arange(t.shape[ax]) if s is None else s
-                               for ax, s in enumerate(sel)])]
-            pos = [where[u] for u in f.scope]
-            perm = np.argsort(pos)
-            t = t.transpose(perm)
-            bshape = [1] * len(scope)
-            for k, ax in enumerate(perm):
-                bshape[pos[ax]] = t.shape[k]
-            return t.reshape(bshape)
-
-        # Two-stage join: when one factor F dominates, first minimise v's unary and the
-        # other factors within each of F's entries for v (a segmented min), then join
-        # with F over F's (fewer) entries.  Exact; avoids the full |scope| x |v| table.
-        big = max(range(len(fs)), key=lambda n: fs[n].table.size)
-        big_v = fs[big].scope.index(v)
-        rest_vars = {u for n, f in enumerate(fs) if n != big for u in f.scope} - {v}
-        rest_entries = math.prod(shape[where[u]] for u in rest_vars) * shape[-1]
-        big_entries = math.prod(shape[:-1]) * fs[big].table.shape[big_v]
-        two_stage = rest_entries + big_entries < entries // 2
-        if len(fs) > 1 and maps[(big, big_v)] is not None and two_stage:
-            two_stage_joins += 1
-            part = vcost.reshape([1] * (len(scope) - 1) + [-1])
-            for n in range(len(fs)):
-                if n != big:
-                    part = part + placed(n)
-            key = maps[(big, big_v)]  # F's entry of each v group
-            order = np.argsort(key, kind="stable")
-            starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
-            part = np.minimum.reduceat(part[..., order], starts, axis=-1)
-            total = part + placed(big, keep_v_axis=True)
-        else:
-            total = vcost.reshape([1] * (len(scope) - 1) + [-1])
-            for n in range(len(fs)):
-                total = total + placed(n)
-        reduced = total.min(axis=-1)
-        if len(scope) == 1:
+        width, largest = max(width, len(join.scope)), max(largest, entries)
+        reduced, two_stage = _eliminate(join, unary[v], entries)
+        two_stage_joins += two_stage
+        if len(join.scope) == 1:
             constant += float(reduced)
         else:
             fid = len(factors)
-            factors.append(Factor(tuple(scope[:-1]), new_idx, reduced))
-            for u in scope[:-1]:
+            factors.append(Factor(tuple(join.scope[:-1]), join.new_idx, reduced))
+            for u in join.scope[:-1]:
                 by_var[u].add(fid)
     t2 = time.perf_counter()
     if not np.isfinite(constant):
         raise Infeasible("every assignment has infinite cost")
 
-    assign = [0] * nvars
-    for v, fs in reversed(trail):
-        vec = unary[v].copy()
-        for f in fs:
-            key = tuple(f.idx[ax] if u == v else f.idx[ax][assign[u]]
-                        for ax, u in enumerate(f.scope))
-            vec += f.table[key]
-        assign[v] = int(np.argmin(vec))
-    choice = assign[: p.num_nodes]
+    choice = _recover(trail, unary)[: p.num_nodes]
     cost = p.evaluate(choice)
     stats = {
         "width": width,
@@ -275,3 +192,120 @@ def solve_dp(
         "time": time.perf_counter() - t0,
     }
     return Solution(choice, cost, True, constant, "dp", stats)
+
+
+def _distinct_entries(factors: list[Factor]) -> dict[tuple[int, int], int]:
+    """For the order heuristic: ``(u, v)`` -> the entries of u that the factors shared with
+    v tell apart."""
+    pair_keys: dict[tuple[int, int], list[np.ndarray]] = {}
+    for f in factors:
+        for a, u in enumerate(f.scope):
+            for v in f.scope:
+                if v != u:
+                    pair_keys.setdefault((u, v), []).append(f.idx[a])
+    return {key: keys[0].max() + 1 if len(keys) == 1 else int(group(*keys)[0].max()) + 1
+            for key, keys in pair_keys.items()}
+
+
+@dataclass
+class _Join:
+    """The factors of variable ``v`` on a common grouping of each variable's choices: a
+    variable's choices that every joined factor maps to the same entry stay one entry."""
+
+    v: int
+    fs: list[Factor]
+    scope: list[int]  # the other variables, sorted, then v
+    where: dict[int, int]  # variable -> its axis in scope
+    maps: dict[tuple[int, int], np.ndarray | None]  # (factor no, axis) -> new entry -> old entry (None: same)
+    shape: list[int]  # entries per variable of scope
+    new_idx: list[np.ndarray]  # choice -> entry, per variable of scope but v
+    vgroups: np.ndarray  # v's choice -> entry
+
+    @classmethod
+    def of(cls, v: int, fs: list[Factor]) -> _Join:
+        scope = sorted({u for f in fs for u in f.scope} - {v}) + [v]
+        maps: dict[tuple[int, int], np.ndarray | None] = {}
+        shape, new_idx = [], []
+        vgroups = None
+        for u in scope:
+            holders = [(n, f.scope.index(u)) for n, f in enumerate(fs) if u in f.scope]
+            if len(holders) == 1:
+                n, ax = holders[0]
+                inv = fs[n].idx[ax]
+                maps[(n, ax)] = None
+                count = fs[n].table.shape[ax]
+            else:
+                inv, rep = group(*(fs[n].idx[ax] for n, ax in holders),
+                                 radices=[fs[n].table.shape[ax] for n, ax in holders])
+                for n, ax in holders:
+                    maps[(n, ax)] = fs[n].idx[ax][rep]
+                count = len(rep)
+            shape.append(count)
+            if u == v:
+                vgroups = inv
+            else:
+                new_idx.append(inv)
+        return cls(v, fs, scope, {u: n for n, u in enumerate(scope)}, maps, shape, new_idx, vgroups)
+
+    def placed(self, n: int, keep_v_axis: bool = False) -> np.ndarray:
+        """Factor n's table broadcastable against the joined table (scope order)."""
+        f = self.fs[n]
+        t = f.table
+        sel = [None if (keep_v_axis and u == self.v) else self.maps[(n, ax)]
+               for ax, u in enumerate(f.scope)]
+        if any(s is not None for s in sel):
+            t = t[np.ix_(*[np.arange(t.shape[ax]) if s is None else s
+                           for ax, s in enumerate(sel)])]
+        pos = [self.where[u] for u in f.scope]
+        perm = np.argsort(pos)
+        t = t.transpose(perm)
+        bshape = [1] * len(self.scope)
+        for k, ax in enumerate(perm):
+            bshape[pos[ax]] = t.shape[k]
+        return t.reshape(bshape)
+
+
+def _eliminate(join: _Join, unary_v: np.ndarray, entries: int) -> tuple[np.ndarray, bool]:
+    """``min`` over v of v's unary cost plus its joined factors: the new factor's table over
+    the other variables, and whether it took the two-stage join.
+
+    Two-stage join: when one factor F dominates, first minimise v's unary and the other
+    factors within each of F's entries for v (a segmented min), then join with F over F's
+    (fewer) entries. Exact; avoids the full |scope| x |v| table."""
+    fs, v, shape, where = join.fs, join.v, join.shape, join.where
+    vcost = np.full(shape[-1], np.inf)
+    np.minimum.at(vcost, join.vgroups, unary_v)
+    big = max(range(len(fs)), key=lambda n: fs[n].table.size)
+    big_v = fs[big].scope.index(v)
+    rest_vars = {u for n, f in enumerate(fs) if n != big for u in f.scope} - {v}
+    rest_entries = math.prod(shape[where[u]] for u in rest_vars) * shape[-1]
+    big_entries = math.prod(shape[:-1]) * fs[big].table.shape[big_v]
+    two_stage = len(fs) > 1 and join.maps[(big, big_v)] is not None and rest_entries + big_entries < entries // 2
+    if two_stage:
+        part = vcost.reshape([1] * (len(join.scope) - 1) + [-1])
+        for n in range(len(fs)):
+            if n != big:
+                part = part + join.placed(n)
+        key = join.maps[(big, big_v)]  # F's entry of each v group
+        by_key = np.argsort(key, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(key[by_key]) != 0])
+        part = np.minimum.reduceat(part[..., by_key], starts, axis=-1)
+        total = part + join.placed(big, keep_v_axis=True)
+    else:
+        total = vcost.reshape([1] * (len(join.scope) - 1) + [-1])
+        for n in range(len(fs)):
+            total = total + join.placed(n)
+    return total.min(axis=-1), two_stage
+
+
+def _recover(trail: list[tuple[int, list[Factor]]], unary: list[np.ndarray]) -> list[int]:
+    """Every variable's choice, in reverse elimination order from the factors it was joined with."""
+    assign = [0] * len(unary)
+    for v, fs in reversed(trail):
+        vec = unary[v].copy()
+        for f in fs:
+            key = tuple(f.idx[ax] if u == v else f.idx[ax][assign[u]]
+                        for ax, u in enumerate(f.scope))
+            vec += f.table[key]
+        assign[v] = int(np.argmin(vec))
+    return assign

@@ -111,7 +111,7 @@ def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(records) == 53
     flagged = [i for i, r in enumerate(records) if r.get("graph_tuner", {}).get("fallback")]
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     tuned = set(load_model("resnet-18").conv_workloads())
     untuned = [i for i, w in enumerate(load_model("resnet-50").conv_workloads()) if w not in tuned]

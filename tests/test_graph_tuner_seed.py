@@ -103,7 +103,7 @@ def test_transform_records_round_trip(tmp_path):
 
 def test_an_onnx_model_keeps_its_own_batch(tmp_path):
     """An ONNX file exported at batch 2 solves at batch 2 (no --batch needed)."""
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
     from graph_tuner.onnx_export import save_onnx
     from graph_tuner.records import make_conv2d_record
 

@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.model import OP_KINDS, Model, Op, load_model
+from graph_tuner.loading import load_model
+from graph_tuner.model import OP_KINDS, Model, Op
 from graph_tuner.shapes import conv_out_size, infer_shape
 
 

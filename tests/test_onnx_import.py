@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from graph_tuner.onnx_import import load_onnx
 from graph_tuner.zoo import get_model
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import kernels.tuner as tuner_mod
 from graph_tuner.candidates import fallback_config as graph_fallback_config
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from kernels.config_space import divisors
 from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config, hopeless,
                            supported, tune, tuning_space)

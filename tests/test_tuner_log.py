@@ -10,9 +10,9 @@ import pytest
 from graph_tuner.candidates import fallback_config, layer_candidates
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import parse_layout
-from graph_tuner.records import read_records
-from graph_tuner.tuning import (append_transforms, conv_input_key, host_target, logged, repair_tail,
-                                retime_workloads, transform_keys, tune_workloads)
+from graph_tuner.records import conv_input_key, read_records
+from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, retime_workloads, transform_keys,
+                                tune_workloads)
 from kernels.config_space import entity_config, task_space, tuning_space
 from kernels.jit import host_cpu
 from kernels.tuner import INSTANTIATION_ERROR, MeasureError

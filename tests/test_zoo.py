@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graph_tuner.model import load_model
+from graph_tuner.loading import load_model
 from graph_tuner.zoo import MODEL_NAMES, get_model
 from graph_tuner.zoo.resnet import resnet
 from kernels.workload import Conv2DWorkload

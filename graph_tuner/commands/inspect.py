@@ -26,7 +26,7 @@ def workload_dict(w) -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     m = load_model(args.model, batch=args.batch)
     layers = [(op.name, m.workload(op)) for op in m.convs()]

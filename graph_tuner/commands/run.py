@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from graph_tuner.plan_run import measure_plan
-    from graph_tuner.model import load_model
+    from graph_tuner.loading import load_model
 
     if not Path(args.records).exists():
         raise GraphTunerError(f"{args.records}: no such file; write a graph-tuned log with `graph-tuner solve`")

@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.host_state import probe
-    from graph_tuner.model import load_model
-    from graph_tuner.tuning import DEFAULT_TRIALS, check_cache, check_log, retime_model, tune_model
+    from graph_tuner.loading import load_model
+    from graph_tuner.environment import check_cache_dir
+    from graph_tuner.tuning import DEFAULT_TRIALS, check_log, retime_model, tune_model
 
     if args.retime and (args.trials is not None or args.time_budget is not None):
         raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     check_paths({"MODEL": args.model if Path(args.model).is_file() else None}, {"-o": out})
     check_log(out)
     if not args.retime:
-        check_cache()
+        check_cache_dir()
     model = load_model(args.model, batch=args.batch)
     if not model.distinct_workloads():
         raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")

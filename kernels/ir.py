@@ -1,0 +1,126 @@
+"""Shared pieces of the kernels' LLVM IR: vector types and intrinsics, argument and index
+arithmetic, the fused epilogue, the padded-input copy.
+
+Every kernel module (:mod:`kernels.conv2d`, :mod:`kernels.depthwise`, :mod:`kernels.pooling`,
+:mod:`kernels.elementwise`, :mod:`kernels.softmax`, :mod:`kernels.layout_transform`) builds
+its functions with :class:`kernels.jit.IRFunction` and these helpers.
+
+>>> f = IRFunction("define void @f(ptr %args, i64 %item) nounwind")
+>>> decompose(f, "%item", [2, 3, 4])
+['%t4', '%t3', '%t1']
+>>> vector_chunks(20, 8), vty(8)
+([(0, 8), (8, 8), (16, 4)], '<8 x float>')
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from kernels.jit import IRFunction
+
+__all__ = ["ACTIVATIONS", "BASE_ARGS", "MEMCPY_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat",
+           "decompose", "epilogue", "maybe_loop", "pad_copy_ir", "splat", "vector_chunks", "vty"]
+
+ACTIVATIONS = (None, "relu", "relu6")
+# The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
+BASE_ARGS = ("data", "weight", "out", "bias", "residual")
+
+MEMCPY_DECL = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+
+
+def vector_chunks(width: int, lanes: int) -> list[tuple[int, int]]:
+    """Split ``width`` channels into ``(offset, size)`` vectors of at most ``lanes``.
+
+    >>> vector_chunks(40, 16)
+    [(0, 16), (16, 16), (32, 8)]
+    """
+    return [(o, min(lanes, width - o)) for o in range(0, width, lanes)]
+
+
+def vty(w: int) -> str:
+    return f"<{w} x float>"
+
+
+class IntrinsicSet:
+    """The ``declare`` lines for the vector intrinsics a module uses."""
+
+    def __init__(self):
+        self.names: set[tuple[str, int]] = set()
+
+    def call(self, f: IRFunction, name: str, w: int, *args: str) -> str:
+        self.names.add((name, w))
+        arglist = ", ".join(f"{vty(w)} {a}" for a in args)
+        return f.op(f"call {vty(w)} @llvm.{name}.v{w}f32({arglist})")
+
+    def declarations(self) -> str:
+        out = []
+        for name, w in sorted(self.names):
+            n = 3 if name == "fma" else 2
+            out.append(f"declare {vty(w)} @llvm.{name}.v{w}f32({', '.join([vty(w)] * n)})")
+        return "\n".join(out) + "\n"
+
+
+def splat(f: IRFunction, scalar: str, w: int) -> str:
+    one = f.op(f"insertelement {vty(w)} poison, float {scalar}, i32 0")
+    return f.op(f"shufflevector {vty(w)} {one}, {vty(w)} poison, <{w} x i32> zeroinitializer")
+
+
+def const_splat(value: float, w: int) -> str:
+    return "<" + ", ".join(f"float {float(value):e}" for _ in range(w)) + ">"
+
+
+def arg_ptr(f: IRFunction, index: int) -> str:
+    slot = f.op(f"getelementptr inbounds ptr, ptr %args, i64 {index}")
+    return f.op(f"load ptr, ptr {slot}, align 8")
+
+
+def decompose(f: IRFunction, item: str, dims: list[int]) -> list[str]:
+    """Mixed-radix split of a flat index into ``len(dims)`` coordinates (outermost first)."""
+    coords = []
+    rest = item
+    for d in reversed(dims[1:]):
+        coords.append(f.op(f"urem i64 {rest}, {d}") if d > 1 else "0")
+        rest = f.op(f"udiv i64 {rest}, {d}") if d > 1 else rest
+    coords.append(rest)
+    return coords[::-1]
+
+
+@contextmanager
+def maybe_loop(f: IRFunction, count: int):
+    """A loop, or just the constant 0 when ``count`` is 1."""
+    if count == 1:
+        yield "0"
+    else:
+        with f.loop(count) as i:
+            yield i
+
+
+def epilogue(f: IRFunction, intr: IntrinsicSet, value: str, w: int, residual_ptr: str | None,
+             activation: str | None) -> str:
+    """residual add then activation, on one ``<w x float>`` vector."""
+    if residual_ptr is not None:
+        value = f.op(f"fadd {vty(w)} {value}, {f.load(vty(w), residual_ptr)}")
+    if activation in ("relu", "relu6"):
+        value = intr.call(f, "maxnum", w, value, "zeroinitializer")
+    if activation == "relu6":
+        value = intr.call(f, "minnum", w, value, const_splat(6.0, w))
+    return value
+
+
+def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int],
+                scratch_arg: int) -> str:
+    """``void @name(ptr args, i64 row)``: copy one input row into the zero-bordered scratch.
+
+    Items are ``n * cb * h`` rows of ``NCHW[block]c`` data; the scratch has shape
+    ``[n, cb, h + top + bottom, w + left + right, block]`` and its borders stay zero.
+    """
+    top, left, bottom, right = pad
+    hp, wp = h + top + bottom, w + left + right
+    f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind")
+    src, dst = arg_ptr(f, 0), arg_ptr(f, scratch_arg)
+    plane, row = f.op(f"udiv i64 %item, {h}"), f.op(f"urem i64 %item, {h}")
+    s = f.gep(src, f.mul("%item", w * block))
+    d = f.gep(dst, f.affine((plane, hp * wp * block), (row, wp * block), const=(top * wp + left) * block))
+    f.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr align 4 {d}, ptr align 4 {s}, i64 {w * block * 4}, i1 false)")
+    f.emit("ret void")
+    return f.text()
