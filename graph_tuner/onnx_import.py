@@ -304,11 +304,15 @@ class _Importer:
             (list(node.input[2:3]) or [""])[0], (list(node.input[3:4]) or [""])[0])
         scales = self.const(node, scales_in, "scales") if scales_in else np.zeros(0)
         sizes = self.const(node, sizes_in, "sizes") if sizes_in else np.zeros(0)
-        coord = a.get("coordinate_transformation_mode", b"half_pixel" if self.opset >= 11 else b"asymmetric")
-        self.resample(node, x, scales, sizes, _text(a.get("mode", b"nearest")), _text(coord),
-                      _text(a.get("nearest_mode", b"round_prefer_floor")), a)
+        if self.opset < 11:  # Resize-10 samples as Upsample does (onnxruntime agrees)
+            coord, nearest_mode = "asymmetric", "floor"
+        else:
+            coord = _text(a.get("coordinate_transformation_mode", b"half_pixel"))
+            nearest_mode = _text(a.get("nearest_mode", b"round_prefer_floor"))
+        self.resample(node, x, scales, sizes, _text(a.get("mode", b"nearest")), coord, nearest_mode, a)
 
     def op_Upsample(self, node, a):
+        """Samples at ``out / scale`` rounded down (asymmetric, floor), as onnxruntime does."""
         x = self.shape(node)
         scales = np.asarray(a["scales"]) if "scales" in a else self.const(node, node.input[1], "scales")
         mode = _text(a.get("mode", b"nearest"))
