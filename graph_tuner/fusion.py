@@ -15,7 +15,7 @@ A compiled program runs *steps*, each covering one or more model ops:
   residual)``. Every absorbed tensor must have the next op as its only reader and
   must not be a graph output.
 * an **elementwise chain**: an optional add/multiply, then batch norms and bias adds,
-  then at most one activation (:data:`ACTIVATIONS`), run as one blocked pass, the
+  then at most one activation (:data:`CHAIN_ACTIVATIONS`), run as one blocked pass, the
   generated kernel of :func:`kernels.elementwise.build_elementwise` (a batch norm
   *before* a conv, as in TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be
   folded into the conv exactly because of the conv's zero padding; it runs here as
@@ -53,7 +53,7 @@ from graph_tuner.model import Model, Op
 FOLDABLE = frozenset({"batch_norm", "bias_add"})
 # Op kind -> the elementwise kernel's activation (kernels.elementwise.ACTIVATIONS) it is, with its
 # parameters from the op's attrs.
-ACTIVATIONS = {
+CHAIN_ACTIVATIONS = {
     "relu": lambda a: ("relu",),
     "clip": lambda a: ("clip", a["min"], a["max"]),
     "sigmoid": lambda a: ("sigmoid",),
@@ -62,7 +62,7 @@ ACTIVATIONS = {
     "hard_sigmoid": lambda a: ("hard_sigmoid", a["alpha"], a["beta"]),
     "leaky_relu": lambda a: ("leaky_relu", a["alpha"]),
 }
-UNARY_ELEMENTWISE = FOLDABLE | frozenset(ACTIVATIONS)
+UNARY_ELEMENTWISE = FOLDABLE | frozenset(CHAIN_ACTIVATIONS)
 BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
 
 
@@ -99,7 +99,7 @@ def chain_activation(op: Op) -> tuple | None:
     >>> chain_activation(Op("a", "leaky_relu", ["x"], {"alpha": 0.1}))
     ('leaky_relu', 0.1)
     """
-    make = ACTIVATIONS.get(op.kind)
+    make = CHAIN_ACTIVATIONS.get(op.kind)
     return make(op.attrs) if make else None
 
 

@@ -322,7 +322,9 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
             not y_channel or tuple(shapes[1]) == tuple(shape[:2]) + (1, 1)):
         from kernels.elementwise import build_elementwise
 
-        nchw = tuple(shape) + (1, 1) * (len(shape) == 2)  # (N, C) is (N, C, 1, 1), plain
+        nchw = tuple(shape)
+        if len(shape) == 2:  # (N, C) is (N, C, 1, 1) in plain layout, or one row if channels do not matter
+            nchw = nchw + (1, 1) if affines or y_channel else (shape[0], 1, 1, shape[1])
         scale, shift = np.ones(nchw[1]), np.zeros(nchw[1])
         for op in affines:  # compose: (x * s1 + t1) * s2 + t2
             sc, sh = op_affine(op, params.get(op.name, {}))
