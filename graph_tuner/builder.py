@@ -100,8 +100,39 @@ class GraphBuilder:
     def relu6(self, x: str, name: str | None = None) -> str:
         return self.op("clip", [x], {"min": 0.0, "max": 6.0}, name=name)
 
+    def sigmoid(self, x: str, name: str | None = None) -> str:
+        return self.op("sigmoid", [x], name=name)
+
+    def silu(self, x: str, name: str | None = None) -> str:
+        return self.op("silu", [x], name=name)
+
+    def hard_sigmoid(self, x: str, alpha: float = 1 / 6, beta: float = 0.5, name: str | None = None) -> str:
+        """PyTorch's ``hardsigmoid`` by default (ONNX's own default alpha is 0.2)."""
+        return self.op("hard_sigmoid", [x], {"alpha": alpha, "beta": beta}, name=name)
+
+    def hard_swish(self, x: str, name: str | None = None) -> str:
+        return self.op("hard_swish", [x], name=name)
+
+    def leaky_relu(self, x: str, alpha: float = 0.01, name: str | None = None) -> str:
+        return self.op("leaky_relu", [x], {"alpha": alpha}, name=name)
+
     def add(self, a: str, b: str, name: str | None = None) -> str:
         return self.op("add", [a, b], name=name)
+
+    def multiply(self, a: str, b: str, name: str | None = None) -> str:
+        return self.op("multiply", [a, b], name=name)
+
+    def resize(self, x: str, scale: int | tuple[float, float], mode: str = "nearest", coord: str = "asymmetric",
+               nearest_mode: str = "floor", name: str | None = None) -> str:
+        """Upsample by ``scale`` (ONNX Resize with scales; the defaults are PyTorch's nearest)."""
+        scales = (float(scale), float(scale)) if isinstance(scale, (int, float)) else tuple(map(float, scale))
+        size = tuple(int(d * s) for d, s in zip(self.shape(x)[2:], scales))
+        attrs = {"mode": mode, "size": size, "scales": scales, "coord": coord, "nearest_mode": nearest_mode}
+        return self.op("resize", [x], attrs, name=name)
+
+    def slice(self, x: str, begin: int, end: int, name: str | None = None) -> str:
+        """Channels ``[begin, end)``."""
+        return self.op("slice", [x], {"axis": 1, "begin": begin, "end": end}, name=name)
 
     def concat(self, xs: Sequence[str], axis: int = 1, name: str | None = None) -> str:
         return self.op("concat", xs, {"axis": axis}, name=name)

@@ -14,11 +14,16 @@ A compiled program runs *steps*, each covering one or more model ops:
   followed by an activation: the kernel's epilogue computes ``act(conv + bias +
   residual)``. Every absorbed tensor must have the next op as its only reader and
   must not be a graph output.
-* an **elementwise chain**: ops such as bn, bias add, relu, clip, or an add/multiply
-  followed by those, run as one blocked pass (a batch norm *before* a conv, as in
-  TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be folded into the conv
-  exactly because of the conv's zero padding; it runs here as scale-shift-relu).
+* an **elementwise chain**: an optional add/multiply, then batch norms and bias adds,
+  then at most one activation (:data:`CHAIN_ACTIVATIONS`), run as one blocked pass, the
+  generated kernel of :func:`kernels.elementwise.build_elementwise` (a batch norm
+  *before* a conv, as in TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be
+  folded into the conv exactly because of the conv's zero padding; it runs here as
+  scale-shift-relu). An activation ends a chain.
 * any other op on its own.
+
+Only relu and relu6 run in a conv's epilogue (:func:`activation_of`); sigmoid, SiLU,
+hard sigmoid / swish and leaky relu after a conv run as their own elementwise step.
 
 A chain of batch norms / bias adds with at most a final activation that reads a conv
 group's output (typically the next pre-activation unit's ``bn -> relu`` on a residual
@@ -45,9 +50,20 @@ from dataclasses import dataclass, field
 
 from graph_tuner.model import Model, Op
 
-UNARY_ELEMENTWISE = frozenset({"batch_norm", "bias_add", "relu", "clip"})
-BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
 FOLDABLE = frozenset({"batch_norm", "bias_add"})
+# Op kind -> the elementwise kernel's activation (kernels.elementwise.ACTIVATIONS) it is, with its
+# parameters from the op's attrs.
+CHAIN_ACTIVATIONS = {
+    "relu": lambda a: ("relu",),
+    "clip": lambda a: ("clip", a["min"], a["max"]),
+    "sigmoid": lambda a: ("sigmoid",),
+    "silu": lambda a: ("silu",),
+    "hard_swish": lambda a: ("hard_swish",),
+    "hard_sigmoid": lambda a: ("hard_sigmoid", a["alpha"], a["beta"]),
+    "leaky_relu": lambda a: ("leaky_relu", a["alpha"]),
+}
+UNARY_ELEMENTWISE = FOLDABLE | frozenset(CHAIN_ACTIVATIONS)
+BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
 
 
 @dataclass
@@ -75,6 +91,16 @@ def activation_of(op: Op) -> str | None:
     if op.kind == "clip" and op.attrs.get("min") == 0 and op.attrs.get("max") == 6:
         return "relu6"
     return None
+
+
+def chain_activation(op: Op) -> tuple | None:
+    """The elementwise kernel's activation ``(name, *params)`` that ``op`` is, or None.
+
+    >>> chain_activation(Op("a", "leaky_relu", ["x"], {"alpha": 0.1}))
+    ('leaky_relu', 0.1)
+    """
+    make = CHAIN_ACTIVATIONS.get(op.kind)
+    return make(op.attrs) if make else None
 
 
 def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
@@ -218,7 +244,8 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         src = op.inputs[0] if op.inputs else None
         prev = owner.get(src) if src is not None else None
         if (op.kind in UNARY_ELEMENTWISE and prev is not None and prev.kind == "elementwise"
-                and prev.output == src and _sole_reader(model, src, outputs) is op):
+                and prev.output == src and _sole_reader(model, src, outputs) is op
+                and chain_activation(model.op(src)) is None):
             prev.ops.append(op.name)
             prev.output = op.name
             owner[op.name] = prev

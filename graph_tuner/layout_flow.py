@@ -5,9 +5,13 @@ The cost model (README, "The cost model") in graph terms:
 * **Decision ops** choose a layout. A conv2d chooses a candidate schedule, which fixes
   its input block (``tile_ic``) and output block (``tile_oc``). A multi-input op
   (add, multiply, concat) chooses one block valid for all its inputs: it must divide
-  every input's channel count. Graph inputs are fixed to plain NCHW.
-* **Layout-agnostic ops** (relu, clip, batch norm, bias add, pooling, pad) have one
-  4-d input and keep its layout, so their output's layout is decided upstream.
+  every input's channel count (a squeeze-excite multiply's ``(N, C, 1, 1)`` operand
+  included). A channel slice chooses one block for its input and output: it must
+  divide the input's channels, the slice's start and its length. Graph inputs are
+  fixed to plain NCHW.
+* **Layout-agnostic ops** (the elementwise ones: activations, batch norm, bias add;
+  pooling, pad, resize) have one 4-d input and keep its layout, so their output's
+  layout is decided upstream.
 * **Plain ops** (flatten, reshape, transpose, dense, softmax, ...) need plain NCHW
   on their 4-d inputs, and so do graph outputs.
 
@@ -32,28 +36,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.fusion import residual_convs
+from graph_tuner.fusion import UNARY_ELEMENTWISE, residual_convs
 from graph_tuner.model import Model, Op
 from graph_tuner.record_checks import layout_block
 from kernels.workload import Conv2DWorkload
 
 # Single-input ops that compute in whatever blocked layout their input has.
-AGNOSTIC_KINDS = frozenset(
-    {"relu", "clip", "batch_norm", "bias_add", "max_pool", "avg_pool", "global_avg_pool", "pad"}
-)
+AGNOSTIC_KINDS = UNARY_ELEMENTWISE | frozenset({"max_pool", "avg_pool", "global_avg_pool", "pad", "resize"})
 # Multi-input elementwise/concat ops: decision nodes choosing a common block.
 JOIN_KINDS = frozenset({"add", "multiply", "concat"})
+# Channel slices: decision nodes choosing one block for their input and output.
+SLICE_KINDS = frozenset({"slice"})
 
 PLAIN = "<plain>"  # pseudo decision op: graph inputs, 2-d tensors, plain-layout consumers
 
 
 @dataclass
 class Decision:
-    """An op whose choice decides a layout: a conv, a join (add/concat), or PLAIN."""
+    """An op whose choice decides a layout: a conv, a join (add/concat), a channel slice, or PLAIN."""
 
     name: str
-    kind: str  # "conv2d", the join kind, or "plain"
-    channels_in: tuple[int, ...] = ()  # joins: each 4-d input's channel count
+    kind: str  # "conv2d", the join or slice kind, or "plain"
+    # Joins and slices: channel counts their block must divide (joins: each 4-d input's;
+    # slices: the input's, the slice's start and length).
+    channels_in: tuple[int, ...] = ()
 
 
 @dataclass
@@ -130,6 +136,11 @@ def analyse(model: Model) -> LayoutFlow:
             source[op.name] = op.name
             for i in four_d_inputs:
                 require(i, op.name, op.name)
+        elif op.kind in SLICE_KINDS and _is_4d(op):
+            c, begin, end = model.op(op.inputs[0]).shape[1], op.attrs["begin"], op.attrs["end"]
+            decisions[op.name] = Decision(op.name, op.kind, (c, begin, end - begin))
+            source[op.name] = op.name
+            require(op.inputs[0], op.name, op.name)
         elif op.kind in AGNOSTIC_KINDS and len(four_d_inputs) == 1 and _is_4d(op):
             source[op.name] = source[four_d_inputs[0]]
         else:

@@ -43,12 +43,20 @@ OP_KINDS: dict[str, str] = {
     "bias_add": "axis (=1); weights: bias (C,)",
     "relu": "no attrs",
     "clip": "min, max (relu6 is clip 0..6)",
+    "sigmoid": "no attrs",
+    "silu": "no attrs; x * sigmoid(x) (ONNX: Sigmoid then Mul)",
+    "hard_sigmoid": "alpha, beta: max(0, min(1, alpha * x + beta))",
+    "hard_swish": "no attrs; x * hard_sigmoid(x) with alpha 1/6, beta 0.5",
+    "leaky_relu": "alpha: x if x >= 0 else alpha * x",
     "add": "no attrs; two inputs, numpy broadcasting",
     "multiply": "no attrs; two inputs, numpy broadcasting",
     "concat": "axis",
     "max_pool": "pool_size (2), strides (2), padding (4), ceil_mode",
     "avg_pool": "pool_size (2), strides (2), padding (4), ceil_mode, count_include_pad",
     "global_avg_pool": "no attrs; (N, C, H, W) -> (N, C, 1, 1)",
+    "resize": "mode ('nearest' | 'linear'), size (out H, W), scales (2), coord (ONNX "
+    "coordinate_transformation_mode), nearest_mode (ONNX)",
+    "slice": "axis (=1), begin, end: channels [begin, end)",
     "flatten": "axis (=1): (d0..d[axis-1], rest) -> 2-d",
     "reshape": "shape: the static output shape",
     "transpose": "perm",
@@ -235,8 +243,12 @@ def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]
             m = m_in[0] + 0.0025
         elif op.kind == "input":
             m = 1.0
-        elif op.kind in ("relu", "clip"):
+        elif op.kind in ("relu", "clip", "leaky_relu"):
             m = m_in[0] / 2  # a zero-mean symmetric input loses its negative half
+        elif op.kind in ("silu", "hard_swish"):
+            m = 0.36 * m_in[0]  # E[silu(x)^2] for x ~ N(0, 1); hard swish is close
+        elif op.kind in ("sigmoid", "hard_sigmoid"):
+            m = 0.3  # in (0, 1), around 0.5
         elif op.kind == "add":
             m = m_in[0] + m_in[1]
         elif op.kind == "multiply":

@@ -1,4 +1,4 @@
-"""Write a :class:`~graph_tuner.model.Model` with its params as an ONNX file (opset 13).
+"""Write a :class:`~graph_tuner.model.Model` with its params as an ONNX file (opset 13; 14 with HardSwish).
 
 Used to run zoo models in onnxruntime side by side with our executor (``graph-tuner
 bench``), and to round-trip models through :mod:`graph_tuner.onnx_import`.
@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graph_tuner.model import Model
 
-_SIMPLE = {"relu": "Relu", "add": "Add", "multiply": "Mul", "global_avg_pool": "GlobalAveragePool"}
+_SIMPLE = {"relu": "Relu", "add": "Add", "multiply": "Mul", "global_avg_pool": "GlobalAveragePool",
+           "sigmoid": "Sigmoid", "hard_swish": "HardSwish"}
 
 
 def to_onnx(model: Model, params: dict[str, dict[str, np.ndarray]]) -> onnx.ModelProto:
@@ -72,6 +73,20 @@ def to_onnx(model: Model, params: dict[str, dict[str, np.ndarray]]) -> onnx.Mode
             pads = [b for b, _ in widths] + [e for _, e in widths]
             node("Pad", ins + [const(f"{out}.pads", np.array(pads, np.int64)),
                                const(f"{out}.value", np.float32(a.get("value", 0.0)))], mode="constant")
+        elif k == "silu":  # as exporters write it (PyTorch's SiLU)
+            nodes.append(helper.make_node("Sigmoid", ins, [f"{out}_sigmoid"], name=f"{out}_sigmoid"))
+            node("Mul", ins + [f"{out}_sigmoid"])
+        elif k == "hard_sigmoid":
+            node("HardSigmoid", alpha=a["alpha"], beta=a["beta"])
+        elif k == "leaky_relu":
+            node("LeakyRelu", alpha=a["alpha"])
+        elif k == "resize":
+            scales = np.array((1.0, 1.0) + tuple(a["scales"]), np.float32)
+            node("Resize", ins + ["", const(f"{out}.scales", scales)], mode=a["mode"],
+                 coordinate_transformation_mode=a["coord"], nearest_mode=a["nearest_mode"])
+        elif k == "slice":
+            node("Slice", ins + [const(f"{out}.{n}", np.array([v], np.int64))
+                                 for n, v in (("starts", a["begin"]), ("ends", a["end"]), ("axes", a["axis"]))])
         elif k in _SIMPLE:
             node(_SIMPLE[k])
         else:
@@ -81,7 +96,8 @@ def to_onnx(model: Model, params: dict[str, dict[str, np.ndarray]]) -> onnx.Mode
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(model.op(name).shape))
 
     graph = helper.make_graph(nodes, model.name, [io(n) for n in model.inputs], [io(n) for n in model.outputs], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    opset = 14 if any(op.kind == "hard_swish" for op in model.ops) else 13  # HardSwish came in opset 14
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def save_onnx(model: Model, params: dict[str, dict[str, np.ndarray]], path: str | os.PathLike) -> None:

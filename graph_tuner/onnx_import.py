@@ -1,9 +1,13 @@
 """Import an ONNX CNN as a :class:`~graph_tuner.model.Model`, initializers as weights.
 
 Supported ops: Conv, Gemm, MatMul (with a constant right operand), BatchNormalization,
-Relu, Clip, Add, Mul, Concat, MaxPool, AveragePool, GlobalAveragePool, Flatten,
-Reshape, Transpose, Pad (constant), Softmax, Constant, and Identity/Dropout (removed).
-``Add`` of a per-channel constant becomes ``bias_add``. Shapes come from our own
+Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Add, Mul, Concat, MaxPool,
+AveragePool, GlobalAveragePool, ReduceMean (over H and W), Resize and Upsample (nearest,
+linear; static scales or sizes), Split and Slice (on channels), Flatten, Reshape,
+Transpose, Pad (constant), Softmax, Constant, and Identity/Dropout (removed).
+``Add`` of a per-channel constant becomes ``bias_add``; ``Mul(x, Sigmoid(x))`` (the
+sigmoid read by nothing else) becomes one ``silu`` op, and ``Mul(x, HardSigmoid(x))``
+with PyTorch's alpha 1/6 one ``hard_swish``. Shapes come from our own
 per-op inference (:mod:`graph_tuner.shapes`), cross-checked against
 ``onnx.shape_inference`` where it knows them. A dynamic batch dimension becomes
 ``batch`` (default 1); any other dynamic dimension is an error.
@@ -25,8 +29,9 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.model import Model, Op
 from graph_tuner.shapes import infer_shape
 
-SUPPORTED_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Add", "Mul", "Concat",
-                 "MaxPool", "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Pad",
+SUPPORTED_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid",
+                 "HardSwish", "LeakyRelu", "Add", "Mul", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
+                 "ReduceMean", "Resize", "Upsample", "Split", "Slice", "Flatten", "Reshape", "Transpose", "Pad",
                  "Softmax", "Constant", "Identity", "Dropout")
 
 
@@ -89,8 +94,9 @@ class _Importer:
     # -- emitting ops ---------------------------------------------------------
 
     def emit(self, node: onnx.NodeProto, kind: str, inputs: list[str], attrs: dict | None = None,
-             params: dict[str, np.ndarray] | None = None) -> None:
-        name = node.name or node.output[0]
+             params: dict[str, np.ndarray] | None = None, name: str | None = None, output: int = 0) -> str:
+        """Add an op computing ``node.output[output]`` (named ``name``, default the node's); its name."""
+        name = name or node.name or node.output[output]
         while name in self.ops:
             name += "_"
         attrs = attrs or {}
@@ -102,10 +108,14 @@ class _Importer:
         self.ops[name] = Op(name, kind, inputs, attrs, shape, {k: tuple(v.shape) for k, v in params.items()})
         if params:
             self.params[name] = params
-        self.alias[node.output[0]] = name
+        self.alias[node.output[output]] = name
+        return name
 
     def run(self) -> None:
         self.add_inputs()
+        self.readers: dict[str, int] = {}  # tensor -> how many node inputs and graph outputs read it
+        for name in [i for n in self.graph.node for i in n.input] + [o.name for o in self.graph.output]:
+            self.readers[name] = self.readers.get(name, 0) + 1
         for node in self.graph.node:
             handler = getattr(self, f"op_{node.op_type}", None)
             if node.domain not in ("", "ai.onnx") or handler is None:
@@ -191,6 +201,19 @@ class _Importer:
             hi = float(self.const(node, node.input[2], "max"))
         self.emit(node, "clip", [self.producer(node, node.input[0])], {"min": float(lo), "max": float(hi)})
 
+    def op_Sigmoid(self, node, a):
+        self.emit(node, "sigmoid", [self.producer(node, node.input[0])])
+
+    def op_HardSigmoid(self, node, a):
+        self.emit(node, "hard_sigmoid", [self.producer(node, node.input[0])],
+                  {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))})
+
+    def op_HardSwish(self, node, a):
+        self.emit(node, "hard_swish", [self.producer(node, node.input[0])])
+
+    def op_LeakyRelu(self, node, a):
+        self.emit(node, "leaky_relu", [self.producer(node, node.input[0])], {"alpha": float(a.get("alpha", 0.01))})
+
     def op_Softmax(self, node, a):
         x = self.shape(node)
         axis = int(a.get("axis", 1 if self.opset < 13 else -1)) % len(x)
@@ -203,7 +226,26 @@ class _Importer:
         self.binary(node, "add")
 
     def op_Mul(self, node, a):
-        self.binary(node, "multiply")
+        if not self.gated_activation(node):
+            self.binary(node, "multiply")
+
+    def gated_activation(self, node) -> bool:
+        """``x * sigmoid(x)`` -> silu, ``x * hard_sigmoid(x)`` (alpha 1/6, beta 1/2) -> hard_swish, when
+        nothing else reads the gate: emitted, and True."""
+        for gate, x in (node.input[:2], node.input[1::-1]):
+            op = self.ops.get(self.alias.get(gate, ""))
+            if op is None or self.readers.get(gate) != 1 or op.inputs != [self.alias.get(x)]:
+                continue
+            if op.kind == "sigmoid":
+                kind = "silu"
+            elif op.kind == "hard_sigmoid" and np.isclose(op.attrs["alpha"], 1 / 6) and op.attrs["beta"] == 0.5:
+                kind = "hard_swish"
+            else:
+                continue
+            del self.ops[op.name]
+            self.emit(node, kind, op.inputs)
+            return True
+        return False
 
     def binary(self, node, kind):
         x = self.shape(node) if node.input[0] in self.alias else ()
@@ -239,6 +281,108 @@ class _Importer:
 
     def op_GlobalAveragePool(self, node, a):
         self.emit(node, "global_avg_pool", [self.producer(node, node.input[0])])
+
+    def op_ReduceMean(self, node, a):
+        x = self.shape(node)
+        axes = a.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:  # opset 18: an input
+            axes = self.const(node, node.input[1], "axes").tolist()
+        if len(x) != 4 or axes is None or sorted(int(d) % 4 for d in axes) != [2, 3]:
+            raise self.fail(node, f"only ReduceMean over H and W (axes 2, 3) of a 4-d tensor is supported, got axes "
+                                  f"{axes} of {x}")
+        src = self.producer(node, node.input[0])
+        if a.get("keepdims", 1):
+            self.emit(node, "global_avg_pool", [src])
+        else:  # (N, C, 1, 1) -> (N, C)
+            pool = self.emit(node, "global_avg_pool", [src], name=f"{node.name or node.output[0]}_pool")
+            self.emit(node, "flatten", [pool], {"axis": 1})
+
+    def op_Resize(self, node, a):
+        x = self.shape(node)
+        # opset 10: (X, scales); 11+: (X, roi, scales, sizes)
+        scales_in, sizes_in = (node.input[1], "") if self.opset < 11 else (
+            (list(node.input[2:3]) or [""])[0], (list(node.input[3:4]) or [""])[0])
+        scales = self.const(node, scales_in, "scales") if scales_in else np.zeros(0)
+        sizes = self.const(node, sizes_in, "sizes") if sizes_in else np.zeros(0)
+        if self.opset < 11:  # Resize-10 samples as Upsample does (onnxruntime agrees)
+            coord, nearest_mode = "asymmetric", "floor"
+        else:
+            coord = _text(a.get("coordinate_transformation_mode", b"half_pixel"))
+            nearest_mode = _text(a.get("nearest_mode", b"round_prefer_floor"))
+        self.resample(node, x, scales, sizes, _text(a.get("mode", b"nearest")), coord, nearest_mode, a)
+
+    def op_Upsample(self, node, a):
+        """Samples at ``out / scale`` rounded down (asymmetric, floor), as onnxruntime does."""
+        x = self.shape(node)
+        scales = np.asarray(a["scales"]) if "scales" in a else self.const(node, node.input[1], "scales")
+        mode = _text(a.get("mode", b"nearest"))
+        self.resample(node, x, scales, np.zeros(0), "linear" if mode == "bilinear" else mode, "asymmetric",
+                      "floor", a)
+
+    def resample(self, node, x, scales, sizes, mode, coord, nearest_mode, a) -> None:
+        from kernels.resize import COORDINATE_MODES, NEAREST_MODES
+
+        if len(x) != 4 or mode not in ("nearest", "linear") or coord not in COORDINATE_MODES \
+                or nearest_mode not in NEAREST_MODES or a.get("antialias", 0) or "axes" in a:
+            raise self.fail(node, f"only 2-d nearest / linear resizing of an NCHW tensor is supported "
+                                  f"(coordinate modes {', '.join(COORDINATE_MODES)}), got mode '{mode}', "
+                                  f"'{coord}', '{nearest_mode}' on {x}")
+        if sizes.size == 4:
+            size = tuple(int(d) for d in sizes[2:])
+            factors = tuple(float(o) / i for o, i in zip(size, x[2:]))
+            keep = tuple(int(d) for d in sizes[:2]) == x[:2]
+        elif scales.size == 4:
+            factors = tuple(float(f) for f in scales[2:])
+            size = tuple(int(math.floor(i * f)) for i, f in zip(x[2:], factors))
+            keep = tuple(float(f) for f in scales[:2]) == (1.0, 1.0)
+        else:
+            raise self.fail(node, "give 4 constant scales or sizes; export with static shapes")
+        if not keep:
+            raise self.fail(node, f"resizing the batch or channel axis is not supported (scales {scales.tolist()}, "
+                                  f"sizes {sizes.tolist()})")
+        self.emit(node, "resize", [self.producer(node, node.input[0])],
+                  {"mode": mode, "size": size, "scales": factors, "coord": coord, "nearest_mode": nearest_mode})
+
+    def op_Split(self, node, a):
+        x = self.shape(node)
+        axis = int(a.get("axis", 0)) % max(len(x), 1)
+        if "split" in a:
+            parts = [int(v) for v in a["split"]]
+        elif len(node.input) > 1 and node.input[1]:
+            parts = [int(v) for v in self.const(node, node.input[1], "split")]
+        else:  # equal parts (the last smaller with opset 18's num_outputs)
+            n = len(node.output)
+            parts = [-(-x[axis] // n)] * (n - 1) + [x[axis] - -(-x[axis] // n) * (n - 1)]
+        if len(x) != 4 or axis != 1 or len(parts) != len(node.output) or sum(parts) != x[1]:
+            raise self.fail(node, f"only a split of the channels (axis 1) of a 4-d tensor into parts that add up is "
+                                  f"supported, got axis {axis}, parts {parts} of {x}")
+        src, begin = self.producer(node, node.input[0]), 0
+        for i, n in enumerate(parts):
+            if node.output[i]:
+                self.emit(node, "slice", [src], {"axis": 1, "begin": begin, "end": begin + n},
+                          name=node.output[i], output=i)
+            begin += n
+
+    def op_Slice(self, node, a):
+        x = self.shape(node)
+        if self.opset < 10:
+            starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
+        else:
+            def const(i, what):
+                return self.const(node, node.input[i], what).tolist() if len(node.input) > i and node.input[i] else None
+            starts, ends, axes, steps = const(1, "starts"), const(2, "ends"), const(3, "axes"), const(4, "steps")
+        axes = list(range(len(starts))) if axes is None else [int(d) % len(x) for d in axes]
+        begin, end = 0, x[1] if len(x) > 1 else 0
+        for d, s, e in zip(axes, starts, ends):
+            s, e = (max(0, min(v + x[d] if v < 0 else v, x[d])) for v in (int(s), int(e)))
+            if d == 1:
+                begin, end = s, e
+            elif (s, e) != (0, x[d]):
+                begin = None  # a cut on another axis
+        if len(x) != 4 or begin is None or (steps and any(int(v) != 1 for v in steps)):
+            raise self.fail(node, f"only a slice of the channels (axis 1, step 1) of a 4-d tensor is supported, got "
+                                  f"axes {axes}, starts {starts}, ends {ends}, steps {steps} of {x}")
+        self.emit(node, "slice", [self.producer(node, node.input[0])], {"axis": 1, "begin": begin, "end": end})
 
     def op_Flatten(self, node, a):
         self.emit(node, "flatten", [self.producer(node, node.input[0])], {"axis": int(a.get("axis", 1))})
@@ -288,6 +432,10 @@ class _Importer:
             self.alias[node.output[0]] = self.producer(node, src)
 
     op_Dropout = op_Identity
+
+
+def _text(v) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
 def load_onnx(path: str | os.PathLike, batch: int | None = None) -> Model:

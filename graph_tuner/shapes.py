@@ -71,6 +71,27 @@ def _global_avg_pool(attrs: dict, shapes: list[Shape]) -> Shape:
     return x[:2] + (1, 1)
 
 
+def _resize(attrs: dict, shapes: list[Shape]) -> Shape:
+    (x,) = shapes
+    if len(x) != 4:
+        raise ValueError(f"resize needs a 4-d NCHW input, got {x}")
+    size = tuple(int(d) for d in attrs["size"])
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"resize to {size}: give a positive output height and width")
+    return x[:2] + size
+
+
+def _slice(attrs: dict, shapes: list[Shape]) -> Shape:
+    (x,) = shapes
+    begin, end = int(attrs["begin"]), int(attrs["end"])
+    if len(x) != 4 or attrs.get("axis", 1) != 1:
+        raise ValueError(f"only channel slices (axis 1) of a 4-d NCHW tensor are supported, got axis "
+                         f"{attrs.get('axis', 1)} of {x}")
+    if not 0 <= begin < end <= x[1]:
+        raise ValueError(f"channel slice [{begin}, {end}) is empty or outside the {x[1]} channels")
+    return (x[0], end - begin) + x[2:]
+
+
 def _dense(attrs: dict, shapes: list[Shape]) -> Shape:
     (x,) = shapes
     if len(x) != 2:
@@ -138,6 +159,13 @@ _INFER = {
     "bias_add": _channelwise,
     "relu": _same,
     "clip": _same,
+    "sigmoid": _same,
+    "silu": _same,
+    "hard_sigmoid": _same,
+    "hard_swish": _same,
+    "leaky_relu": _same,
+    "resize": _resize,
+    "slice": _slice,
     "softmax": _same,
     "add": _broadcast,
     "multiply": _broadcast,

@@ -1,23 +1,65 @@
-"""The generated per-channel affine kernel, with and without the added second tensor."""
+"""The generated elementwise kernel: binary op, per-channel affine, activations, in any layout."""
 import numpy as np
 import pytest
 
-from kernels.elementwise import build_channel_affine
+from kernels.elementwise import build_elementwise
 from kernels.packing import from_blocked, to_blocked
 
 
-@pytest.mark.parametrize("block,act,add", [(8, "relu6", True), (16, None, True), (4, "relu", False)])
-def test_affine_with_optional_add_matches_numpy(block, act, add):
-    rng = np.random.default_rng(block)
-    shape = (2, 16, 3, 5)
-    x, y = rng.standard_normal(shape, dtype=np.float32) * 4, rng.standard_normal(shape, dtype=np.float32) * 4
-    s, t = rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
-    k = build_channel_affine(shape, block, act, add=add)
+def _sigmoid(x):
+    with np.errstate(over="ignore"):  # exp(1e4) = inf: sigmoid 0, as it should be
+        return 1 / (1 + np.exp(-np.asarray(x, np.float64)))
+
+
+ACTIVATIONS = {
+    None: lambda v: v,
+    "relu": lambda v: np.maximum(v, 0),
+    "relu6": lambda v: np.clip(v, 0, 6),
+    ("clip", -1.0, 2.0): lambda v: np.clip(v, -1, 2),
+    "sigmoid": _sigmoid,
+    "silu": lambda v: v * _sigmoid(v),
+    "hard_swish": lambda v: v * np.clip(v / 6 + 0.5, 0, 1),
+    ("hard_sigmoid", 0.2, 0.5): lambda v: np.clip(0.2 * v + 0.5, 0, 1),
+    ("leaky_relu", 0.1): lambda v: np.where(v < 0, 0.1 * v, v),
+}
+
+
+@pytest.mark.parametrize("block,act,binary,y_channel", [
+    (8, "relu6", "add", False), (16, None, "add", False), (4, "relu", None, False), (None, "silu", "mul", True),
+    (16, "sigmoid", "mul", True), (24, ("leaky_relu", 0.1), "mul", False), (1, "hard_swish", None, False),
+])
+def test_binary_affine_activation_matches_numpy(block, act, binary, y_channel):
+    rng = np.random.default_rng(block or 0)
+    shape = (2, 48, 3, 37)  # W: a full 16-lane vector and a tail in plain layout
+    x = rng.standard_normal(shape, dtype=np.float32) * 4
+    y = rng.standard_normal((2, 48, 1, 1) if y_channel else shape, dtype=np.float32) * 4
+    s, t = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    k = build_elementwise(shape, block, act, binary=binary, y_channel=y_channel)
     out = np.full(k.output_shape, np.nan, np.float32)
-    k(to_blocked(x, block), s, t, out, y=to_blocked(y, block) if add else None)
-    want = ((x + y) if add else x) * s.reshape(1, -1, 1, 1) + t.reshape(1, -1, 1, 1)
-    want = want if act is None else np.clip(want, 0, 6 if act == "relu6" else None)
-    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-5, atol=1e-5)
+    k(to_blocked(x, block), s, t, out, y=to_blocked(y, block) if binary else None)
+    v = x.astype(np.float64)
+    v = v if binary is None else v + y if binary == "add" else v * y
+    want = ACTIVATIONS[act](v * s.reshape(1, -1, 1, 1) + t.reshape(1, -1, 1, 1))
+    # float32 rounding of x * s + t cancels near 0: compare relative to the tensor's scale
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("act", [a for a in ACTIVATIONS if a is not None])
+def test_activation_accuracy_over_the_float_range(act):
+    """Alone (no affine), each activation is within 4e-7 of float64 relative to its value, from
+    -100 to 100 (sigmoid: exp of -|x| by polynomial, no overflow), and exact where it saturates."""
+    x = np.concatenate([np.linspace(-100, 100, 400_001, dtype=np.float32), [0.0, -0.0, 88.8, -88.8, -1e4, 1e4]])
+    x = x.astype(np.float32).reshape(1, 1, 1, -1)
+    k = build_elementwise(x.shape, None, act, affine=False)
+    out = np.empty_like(x)
+    k(x, None, None, out)
+    want = ACTIVATIONS[act](x.astype(np.float64))
+    # hard sigmoid / swish round alpha * x + beta to float32 first, as numpy and onnxruntime do
+    linear = isinstance(act, tuple) and act[0] == "hard_sigmoid" or act == "hard_swish"
+    rtol = 1e-3 if linear else 4e-7
+    big = np.abs(want) > 1e-30
+    np.testing.assert_allclose(out[big], want[big], rtol=rtol, atol=1e-7 if linear else 0)
+    assert np.abs(out[~big]).max(initial=0) <= 1e-30
 
 
 def test_softmax_of_widely_spread_logits():

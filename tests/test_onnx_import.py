@@ -110,13 +110,13 @@ def test_dynamic_spatial_dim_is_an_error(tmp_path):
 
 def test_unsupported_op_names_node_and_type(tmp_path):
     proto = _block_model()
-    proto.graph.node[2].op_type = "LeakyRelu"
-    path = tmp_path / "leaky.onnx"
+    proto.graph.node[2].op_type = "Elu"
+    path = tmp_path / "elu.onnx"
     onnx.save(proto, path)
     with pytest.raises(GraphTunerError) as e:
         load_onnx(path)
     msg = str(e.value)
-    assert msg.startswith("leaky.onnx: node 'relu0' (LeakyRelu): op LeakyRelu is not supported; supported ops: Conv")
+    assert msg.startswith("elu.onnx: node 'relu0' (Elu): op Elu is not supported; supported ops: Conv")
     assert "export the model without it" in msg and "\n" not in msg
 
 

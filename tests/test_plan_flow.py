@@ -26,19 +26,29 @@ BLOCKS = (1, 2, 4, 8)
 
 @st.composite
 def networks(draw):
-    """A small random CNN on 6x6 images: convs, relus, residual adds, concats, a pooled
-    classifier head, sometimes a second output; every tensor keeps the 6x6 plane."""
+    """A small random CNN on 6x6 images: convs, activations, residual adds, concats, channel
+    slices, squeeze-excite multiplies, a pooled classifier head, sometimes a second output;
+    every tensor keeps the 6x6 plane."""
     b = GraphBuilder("random")
     tensors = [b.input((1, draw(st.sampled_from([3, 4, 8])), 6, 6))]
     read: set[str] = set()
     for i in range(draw(st.integers(2, 6))):
-        kind = draw(st.sampled_from(["conv", "conv", "relu", "add", "concat"]))
+        kind = draw(st.sampled_from(["conv", "conv", "relu", "act", "add", "concat", "slice", "se"]))
         src = draw(st.sampled_from(tensors))
         if kind == "conv":
             k = draw(st.sampled_from([1, 3]))
             y = b.conv(src, draw(st.sampled_from([4, 6, 8])), k, padding=k // 2, name=f"c{i}")
         elif kind == "relu":
             y = b.relu(src, name=f"r{i}")
+        elif kind == "act":
+            y = getattr(b, draw(st.sampled_from(["sigmoid", "silu", "hard_swish", "leaky_relu"])))(src, name=f"act{i}")
+        elif kind == "slice":
+            c = b.shape(src)[1]
+            begin = draw(st.integers(0, c - 1))
+            y = b.slice(src, begin, draw(st.integers(begin + 1, c)), name=f"sl{i}")
+        elif kind == "se":
+            gate = b.sigmoid(b.conv(b.global_avg_pool(src), b.shape(src)[1], 1, bias=True, name=f"fc{i}"))
+            y = b.multiply(src, gate, name=f"se{i}")
         elif kind == "add":
             same = [t for t in tensors if b.shape(t) == b.shape(src) and t != src]
             if not same:

@@ -14,9 +14,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.zoo import MODEL_NAMES, get_model
 
-    print(f"{'model':<16} {'input':<18} {'convs':>5} {'workloads':>9} {'GFLOPs':>7}")
+    print(f"{'model':<18} {'input':<18} {'convs':>5} {'workloads':>9} {'GFLOPs':>7}")
     for name in MODEL_NAMES:
         m = get_model(name)
         shape = "x".join(str(d) for d in m.op(m.inputs[0]).shape)
-        print(f"{name:<16} {shape:<18} {len(m.convs()):>5} {len(m.distinct_workloads()):>9} {m.flops() / 1e9:>7.2f}")
+        print(f"{name:<18} {shape:<18} {len(m.convs()):>5} {len(m.distinct_workloads()):>9} {m.flops() / 1e9:>7.2f}")
     return 0

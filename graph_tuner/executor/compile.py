@@ -33,7 +33,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
 from graph_tuner.executor.memory import Views, allocate, plan_views
-from graph_tuner.fusion import Step, activation_of, plan_steps, step_epilogue
+from graph_tuner.fusion import BINARY_ELEMENTWISE, Step, chain_activation, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
 from graph_tuner.model import Model
@@ -242,6 +242,18 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
         shape = model.op(head.inputs[0]).shape
         kernel = build_pool2d(shape, blocks[head.name], "avg", shape[2:], (1, 1), (0, 0, 0, 0), (1, 1))
         return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
+    if k == "resize":
+        from kernels.resize import build_resize
+
+        kernel = build_resize(model.op(head.inputs[0]).shape, blocks[head.name], a["mode"], a["size"], a["scales"],
+                              a["coord"], a["nearest_mode"])
+        return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
+    if k == "slice":  # computes in its own (decision's) block, which divides its bounds
+        from kernels.channel_slice import build_channel_slice
+
+        x = read(head.name, head.inputs[0], blocks[head.name])
+        kernel = build_channel_slice(model.op(head.inputs[0]).shape, blocks[head.name], a["begin"], a["end"])
+        return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
     if k == "pad":
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
@@ -289,44 +301,40 @@ def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
 
 
 def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
-    """A chain of elementwise ops: one generated scale-shift(+act) pass when it is
-    affines then at most an activation on a 4-d tensor, else numpy."""
+    """An elementwise chain (:mod:`graph_tuner.fusion`: [add | multiply] affines* [activation]) as one
+    generated pass; numpy only for a binary op broadcasting other than per (image, channel)."""
     head = model.op(s.ops[0])
-    program: list[tuple] = []
-    if head.kind in ("add", "multiply"):
-        inputs = [read(head.name, i, blocks[s.output]) for i in head.inputs]
-        program.append((head.kind,))
-    else:
-        inputs = [read(head.name, head.inputs[0], blocks[s.output])]
-    for name in s.ops:
-        op = model.op(name)
-        p = params.get(name, {})
-        if op.kind in ("batch_norm", "bias_add"):
-            program.append(("affine", *op_affine(op, p)))
-        elif op.kind == "relu":
-            program.append(("relu",))
-        elif op.kind == "clip":
-            program.append(("clip", op.attrs["min"], op.attrs["max"]))
-    act = activation_of(model.op(s.ops[-1]))
-    affines = program[:-1] if act else program
-    # A same-shape add may start the chain: the generated kernel adds it first.
-    add = bool(affines) and affines[0] == ("add",) and model.op(head.inputs[0]).shape == model.op(head.inputs[1]).shape
-    affines = affines[1:] if add else affines
-    shape = tuple(model.op(s.output).shape)
-    if len(shape) == 2:  # (N, C): a plain (N, C, 1, 1) image
-        shape += (1, 1)
-    if _is_4d(shape) and (affines or add) and all(item[0] == "affine" for item in affines):
-        from kernels.elementwise import build_channel_affine
+    block = blocks[s.output]
+    binary = head.kind if head.kind in BINARY_ELEMENTWISE else None
+    inputs = [read(head.name, i, block) for i in (head.inputs if binary else head.inputs[:1])]
+    body = [model.op(n) for n in (s.ops[1:] if binary else s.ops)]
+    act = chain_activation(body[-1]) if body else None
+    affines = body[:-1] if act else body
+    shape = model.op(s.output).shape
+    shapes = [model.op(i).shape for i in (head.inputs if binary else head.inputs[:1])]
+    if binary and shapes[0] != shape:  # the full-size operand first (add and multiply commute)
+        inputs, shapes = inputs[::-1], shapes[::-1]
+    y_channel = binary is not None and shapes[1] != shape
+    if len(shape) in (2, 4) and tuple(shapes[0]) == tuple(shape) and (
+            not y_channel or tuple(shapes[1]) == tuple(shape[:2]) + (1, 1)):
+        from kernels.elementwise import build_elementwise
 
-        scale, shift = np.ones(shape[1]), np.zeros(shape[1])
-        for _, sc, sh in affines:  # compose: (x * s1 + t1) * s2 + t2
+        nchw = tuple(shape)
+        if len(shape) == 2:  # (N, C) is (N, C, 1, 1) in plain layout, or one row if channels do not matter
+            nchw = nchw + (1, 1) if affines or y_channel else (shape[0], 1, 1, shape[1])
+        scale, shift = np.ones(nchw[1]), np.zeros(nchw[1])
+        for op in affines:  # compose: (x * s1 + t1) * s2 + t2
+            sc, sh = op_affine(op, params.get(op.name, {}))
             scale, shift = scale * sc, shift * sc + sh
-        kernel = build_channel_affine(shape, blocks[s.output] if _is_4d(model.op(s.output).shape) else 1, act,
-                                      add=add)
-        return kernel.bind(inputs[0].reshape(kernel.input_shape), scale.astype(np.float32),
-                           shift.astype(np.float32), out.reshape(kernel.output_shape),
-                           y=inputs[1].reshape(kernel.input_shape) if add else None)
-    return blocked.make_elementwise(program, inputs, out)
+        kernel = build_elementwise(nchw, block, act, binary={"add": "add", "multiply": "mul"}.get(binary),
+                                   y_channel=y_channel, affine=bool(affines))
+        return kernel.bind(inputs[0].reshape(kernel.input_shape),
+                           scale.astype(np.float32) if affines else None, shift.astype(np.float32) if affines else None,
+                           out.reshape(kernel.output_shape),
+                           y=inputs[1].reshape(kernel.arg_shapes["y"]) if binary else None)
+    program: list[tuple] = [(binary,)] if binary else []
+    program += [("affine", *op_affine(op, params.get(op.name, {}))) for op in affines]
+    return blocked.make_elementwise(program + ([act] if act else []), inputs, out)
 
 
 def uniform_plan(model: Model, block: int) -> Plan:

@@ -5,8 +5,10 @@ Each ``make_*`` takes the input and output buffers (their layout is their shape:
 ``(N, C, H, W)``) and returns a zero-argument callable that computes into the output
 with numpy ``out=`` calls: nothing is allocated while the program runs. Spatial axes
 are 2 and 3 in both layouts, so padding code is the same for both;
-per-channel vectors are reshaped to the layout (:func:`channel_view`). Pooling and
-scale-shift chains run as generated kernels (:mod:`kernels.pooling`, :mod:`kernels.elementwise`).
+per-channel vectors are reshaped to the layout (:func:`channel_view`). Pooling,
+elementwise chains, resize and channel slices run as generated kernels (:mod:`kernels.pooling`,
+:mod:`kernels.elementwise`, :mod:`kernels.resize`, :mod:`kernels.channel_slice`);
+:func:`make_elementwise` is left for a binary op broadcasting otherwise than per channel.
 
 >>> x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2) - 4
 >>> y = np.empty_like(x)
@@ -35,11 +37,26 @@ def channel_view(v: np.ndarray, like: np.ndarray) -> np.ndarray:
     return v.reshape((1, -1) + (1,) * (like.ndim - 2))
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (0.5 * (1 + np.tanh(0.5 * x))).astype(np.float32)
+
+
+# The other activations of kernels.elementwise, for the rare chain it cannot run (allocating).
+_ACTIVATIONS = {
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "hard_swish": lambda x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1),
+    "hard_sigmoid": lambda x, alpha, beta: np.clip(x * np.float32(alpha) + np.float32(beta), 0, 1),
+    "leaky_relu": lambda x, alpha: np.where(x < 0, x * np.float32(alpha), x),
+}
+
+
 def make_elementwise(program: list[tuple], inputs: list[np.ndarray], out: np.ndarray) -> Fn:
     """Run a chain of elementwise ops into ``out``, starting from ``inputs``.
 
     ``program`` items: ``("add",)`` / ``("multiply",)`` (first item only, two inputs),
-    ``("affine", scale, shift)`` per channel, ``("relu",)``, ``("clip", lo, hi)``.
+    ``("affine", scale, shift)`` per channel, ``("relu",)``, ``("clip", lo, hi)``, the other
+    activations of :data:`kernels.elementwise.ACTIVATIONS` (``("leaky_relu", alpha)``, ...).
     """
     calls: list[Fn] = []
     src = inputs[0]
@@ -58,6 +75,8 @@ def make_elementwise(program: list[tuple], inputs: list[np.ndarray], out: np.nda
         elif kind == "clip":
             lo, hi = np.float32(args[0]), np.float32(args[1])
             calls.append(lambda s=src, lo=lo, hi=hi: np.clip(s, lo, hi, out=out))
+        elif kind in _ACTIVATIONS:
+            calls.append(lambda s=src, f=_ACTIVATIONS[kind], args=args: np.copyto(out, f(s, *args)))
         else:
             raise ValueError(f"unknown elementwise op {kind!r}")
         src = out  # later ops work in place

@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from graph_tuner.model import Model, Op
 
-__all__ = ["run_reference", "conv2d", "pool2d"]
+__all__ = ["run_reference", "conv2d", "pool2d", "resize"]
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
@@ -65,6 +65,40 @@ def pool2d(x: np.ndarray, kind: str, pool_size, strides, padding, out_hw, count_
     return win.sum(axis=(4, 5)) / count
 
 
+def _source_coords(out_len: int, in_len: int, scale: float, coord: str) -> np.ndarray:
+    """ONNX Resize: the input coordinate each output index samples."""
+    x = np.arange(out_len, dtype=np.float64)
+    if coord == "asymmetric":
+        return x / scale
+    if coord == "align_corners":
+        return x * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+    if coord == "pytorch_half_pixel" and out_len == 1:
+        return np.zeros(1) - 0.5
+    return (x + 0.5) / scale - 0.5  # half_pixel
+
+
+def resize(x: np.ndarray, mode: str, size, scales, coord: str, nearest_mode: str) -> np.ndarray:
+    """ONNX Resize (nearest / linear) over the last two axes of an NCHW tensor, float64."""
+    for axis, (out_len, scale) in enumerate(zip(size, scales), start=2):
+        src = _source_coords(out_len, x.shape[axis], scale, coord)
+        last = x.shape[axis] - 1
+        if mode == "nearest":
+            pick = {"floor": np.floor, "ceil": np.ceil, "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+                    "round_prefer_floor": lambda v: np.ceil(v - 0.5)}[nearest_mode](src)
+            x = np.take(x, np.clip(pick, 0, last).astype(int), axis=axis)
+        else:
+            lo = np.floor(src)
+            frac = (src - lo).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+            a = np.take(x, np.clip(lo, 0, last).astype(int), axis=axis)
+            b = np.take(x, np.clip(lo + 1, 0, last).astype(int), axis=axis)
+            x = a * (1 - frac) + b * frac
+    return x
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1 + np.tanh(0.5 * x))  # no overflow warnings
+
+
 def _channel(v: np.ndarray, ndim: int) -> np.ndarray:
     return np.asarray(v, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
 
@@ -86,6 +120,20 @@ def _eval(op: Op, xs: list[np.ndarray], p: dict) -> np.ndarray:
         return np.maximum(xs[0], 0)
     if k == "clip":
         return np.clip(xs[0], a["min"], a["max"])
+    if k == "sigmoid":
+        return _sigmoid(xs[0])
+    if k == "silu":
+        return xs[0] * _sigmoid(xs[0])
+    if k == "hard_sigmoid":
+        return np.clip(a["alpha"] * xs[0] + a["beta"], 0, 1)
+    if k == "hard_swish":
+        return xs[0] * np.clip(xs[0] / 6 + 0.5, 0, 1)
+    if k == "leaky_relu":
+        return np.where(xs[0] < 0, a["alpha"] * xs[0], xs[0])
+    if k == "resize":
+        return resize(xs[0], a["mode"], a["size"], a["scales"], a["coord"], a["nearest_mode"])
+    if k == "slice":
+        return xs[0][:, a["begin"]:a["end"]]
     if k == "add":
         return xs[0] + xs[1]
     if k == "multiply":

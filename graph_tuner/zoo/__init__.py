@@ -23,6 +23,8 @@ _ZOO: dict[str, tuple[str, str, dict]] = {
     **{f"vgg-{n}": ("vgg", "vgg", {"num_layers": n}) for n in (11, 13, 16, 19)},
     "mobilenet": ("mobilenet", "mobilenet", {}),
     "mobilenet-v2": ("mobilenet", "mobilenet_v2", {}),
+    "mobilenet-v3-large": ("mobilenet", "mobilenet_v3_large", {}),
+    "efficientnet-b0": ("efficientnet", "efficientnet_b0", {}),
     "squeezenet-1.0": ("squeezenet", "squeezenet", {"version": "1.0"}),
     "squeezenet-1.1": ("squeezenet", "squeezenet", {"version": "1.1"}),
     "inception-v3": ("inception", "inception_v3", {}),

@@ -56,3 +56,56 @@ def mobilenet_v2(batch: int = 1, image_size: int = 224) -> Model:
     x = conv_bn(x, 1280, 1, 1, f"features_{index}")
     x = b.flatten(b.global_avg_pool(x))
     return b.build(b.dense(x, 1000, name="classifier"))
+
+
+# (kernel, expansion channels, out channels, squeeze-excite, hard swish, stride) per block:
+# the MobileNetV3 paper's Table 1 (Large).
+V3_LARGE_BLOCKS = [(3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
+                   (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
+                   (3, 240, 80, False, True, 2), (3, 200, 80, False, True, 1), (3, 184, 80, False, True, 1),
+                   (3, 184, 80, False, True, 1), (3, 480, 112, True, True, 1), (3, 672, 112, True, True, 1),
+                   (5, 672, 160, True, True, 2), (5, 960, 160, True, True, 1), (5, 960, 160, True, True, 1)]
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    """torchvision's rounding of channel counts (never more than 10% down)."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+def mobilenet_v3_large(batch: int = 1, image_size: int = 224) -> Model:
+    """torchvision's ``mobilenet_v3_large`` (the paper's Table 1): a 3x3 stem with hard swish,
+    15 inverted residual blocks (relu or hard swish; squeeze-excite with relu and hard sigmoid
+    on a quarter of the expansion channels, rounded to 8, after the depthwise conv), a 1x1 conv
+    to 960, global pooling, a 1280-unit dense layer with hard swish and the classifier. BN
+    epsilon 1e-3. 62 conv layers.
+
+    >>> m = mobilenet_v3_large()
+    >>> len(m.convs()), m.op("features_16_hswish").shape
+    (62, (1, 960, 7, 7))
+    """
+    from graph_tuner.zoo.efficientnet import squeeze_excite
+
+    b = GraphBuilder("mobilenet-v3-large")
+
+    def conv_bn(x: str, channels: int, kernel: int, stride: int, name: str, groups: int = 1,
+                act: str | None = "hswish") -> str:
+        y = b.conv(x, channels, kernel, stride, kernel // 2, groups=groups, name=name)
+        y = b.batch_norm(y, 1e-3, name=f"{name}_bn")
+        if act == "hswish":
+            return b.hard_swish(y, name=f"{name}_hswish")
+        return b.relu(y, name=f"{name}_relu") if act else y
+
+    x = conv_bn(b.input((batch, 3, image_size, image_size)), 16, 3, 2, "features_0")
+    for i, (k, exp, c, se, hs, stride) in enumerate(V3_LARGE_BLOCKS, start=1):
+        name, cin, act = f"features_{i}", b.shape(x)[1], "hswish" if hs else "relu"
+        y = conv_bn(x, exp, 1, 1, f"{name}_expand", act=act) if exp != cin else x
+        y = conv_bn(y, exp, k, stride, f"{name}_depthwise", groups=exp, act=act)
+        if se:
+            y = squeeze_excite(b, y, _make_divisible(exp // 4), f"{name}_se", b.relu, b.hard_sigmoid)
+        y = conv_bn(y, c, 1, 1, f"{name}_project", act=None)
+        x = b.add(y, x, name=f"{name}_add") if stride == 1 and cin == c else y
+    x = conv_bn(x, 960, 1, 1, "features_16")
+    x = b.flatten(b.global_avg_pool(x, name="avgpool"), name="flatten")
+    x = b.hard_swish(b.dense(x, 1280, name="classifier_0"), name="classifier_1")
+    return b.build(b.dense(x, 1000, name="classifier_3"))
