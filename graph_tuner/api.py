@@ -240,6 +240,40 @@ def apply_records(
     return select(flow, chosen, costs.seconds, blocks, estimated=costs.estimated, target=recs[0].target)
 
 
+def tune(
+    model: str | os.PathLike | Model,
+    output: str | os.PathLike,
+    *,
+    trials: int | None = None,
+    time_budget: float | None = None,
+    cluster=None,
+    batch: int | None = None,
+    progress: bool = True,
+    print_fn=lambda s: None,
+    **kwargs,
+):
+    """``graph-tuner tune``: measure ``model``'s conv kernels and the layout transforms a
+    plan can need into the log ``output`` (appended; a rerun resumes).
+
+    On this machine (:func:`graph_tuner.tuning.tune_model`; returns the workloads'
+    summaries), or with ``cluster`` (a Dask scheduler address or a ``distributed.Client``)
+    on its measuring workers, this process writing the log
+    (:func:`graph_tuner.cluster.tune_on_cluster`; returns a :class:`~graph_tuner.cluster.ClusterResult`;
+    ``output`` ending in ``/`` then means one log per CPU, ``output/<cpu>/MODEL.log``).
+    Other keywords (``measure``, ``measure_transform``, ``confirm``, ``top_k``) go to them.
+    """
+    from graph_tuner.tuning import DEFAULT_TRIALS, tune_model
+
+    check_environment()
+    trials = DEFAULT_TRIALS if trials is None else trials
+    common = dict(trials=trials, time_budget=time_budget, progress=progress, print_fn=print_fn, **kwargs)
+    if cluster is not None:
+        from graph_tuner.cluster import tune_on_cluster
+
+        return tune_on_cluster(model, output, cluster, batch=batch, **common)
+    return tune_model(load_model(model, batch=batch), output, **common)
+
+
 def _foreign_cpu_warnings(log, records) -> list[str]:
     """A warning when the x86 records were timed on other CPUs than this one: the plan is
     then optimal for that machine's times, and ``run``'s prediction is that machine's."""
