@@ -28,15 +28,17 @@ CPUs: ``-o DIR/`` writes one log per CPU, ``DIR/<cpu>/MODEL.log`` (the layout of
 one line. Jobs are pinned to the hosts of their CPU (a worker the nanny restarts gets a
 new address, not a new host).
 
->>> print(plan_groups([WorkerInfo("tcp://a:1", "a", "znver3", 2), WorkerInfo("tcp://b:1", "b", "znver4", 2)],
-...                   "x.log", "resnet-18")[1])
-left out 1 worker whose CPU is not znver3 (the first worker's) for the one log x.log: b:1 (znver4); -o DIR/ writes one log per CPU
+>>> workers = [WorkerInfo("tcp://a:1", "a", "znver3", 2), WorkerInfo("tcp://b:1", "b", "znver4", 2)]
+>>> [str(g.path) for g in plan_groups(workers, "logs/", "resnet-18")[0]]
+['logs/znver3/resnet-18.log', 'logs/znver4/resnet-18.log']
+>>> print(plan_groups(workers, "x.log", "resnet-18")[1])  # doctest: +NORMALIZE_WHITESPACE
+left out 1 worker whose CPU is not znver3 (the first worker's) for the one log x.log: b:1 (znver4);
+-o DIR/ writes one log per CPU
 """
 from __future__ import annotations
 
 import math
 import os
-import socket
 import threading
 import time
 import uuid
@@ -71,7 +73,12 @@ class WorkerInfo:
 
     @property
     def label(self) -> str:
-        return self.address.split("://")[-1]
+        return _label(self.address)
+
+
+def _label(address: str) -> str:
+    """A worker as the summary names it: ``10.0.0.2:40111``."""
+    return address.split("://")[-1]
 
 
 @dataclass
@@ -142,7 +149,7 @@ class JobReport:
 
     @property
     def label(self) -> str:
-        return self.address.split("://")[-1]
+        return _label(self.address)
 
 
 @dataclass
@@ -239,7 +246,7 @@ def measuring_workers(client) -> list[WorkerInfo]:
     except ImportError as e:
         raise GraphTunerError(f"a worker cannot import graph-tuner ({e}); install graph-tuner on every "
                               f"worker machine ({INSTALL})") from None
-    return [WorkerInfo(a, **described[a]) for a in addresses if a in described]
+    return [WorkerInfo(a, host, **described[a]) for a, host in addresses.items() if a in described]
 
 
 def plan_groups(workers: Sequence[WorkerInfo], output: str | os.PathLike,
@@ -271,14 +278,13 @@ def shared_hosts(workers: Sequence[WorkerInfo]) -> list[str]:
 
 # -- on the workers -------------------------------------------------------------------
 
-def describe_worker(dask_worker=None) -> dict:
-    """Run on a worker (``Client.run``): its host, LLVM CPU name, kernel threads and speed."""
+def describe_worker() -> dict:
+    """Run on a worker (``Client.run``): its LLVM CPU name, kernel threads and speed."""
     from graph_tuner.host_state import probe
     from kernels.jit import host_cpu
     from kernels.threads import num_threads
 
-    host = dask_worker.ip if dask_worker is not None else socket.gethostname()
-    return {"host": host, "cpu": host_cpu().name, "threads": num_threads(), "probe": probe()}
+    return {"cpu": host_cpu().name, "threads": num_threads(), "probe": probe()}
 
 
 def probe_worker() -> float:
@@ -308,12 +314,13 @@ class _Stream:
 
 def _report(stream: _Stream, started: float, t0: float, **kw) -> JobReport:
     from distributed import get_worker
+    from distributed.comm import get_address_host
 
     from kernels.jit import host_cpu
     from kernels.threads import num_threads
 
     worker = get_worker()
-    return JobReport(worker.address, worker.ip, host_cpu().name, num_threads(), started,
+    return JobReport(worker.address, get_address_host(worker.address), host_cpu().name, num_threads(), started,
                      time.perf_counter() - t0 - stream.seconds, **kw)
 
 

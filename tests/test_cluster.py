@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from kernels.jit import host_cpu
 from kernels.threads import num_threads
 
 TRIALS = ["--trials", "3", "--no-progress"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def content(log: Path) -> tuple[Counter, set]:
@@ -112,6 +116,41 @@ def test_a_worker_killed_mid_workload_loses_nothing(setup, tmp_path):
     log = out / host_cpu().name / "tiny.log"  # -o DIR/: DIR/<cpu>/MODEL.log
     assert result.logs == {host_cpu().name: log}
     assert content(log) == reference  # its workload re-run elsewhere: nothing lost, nothing twice
+
+
+class Slow:
+    """The tuner's measure, 0.1 s slower: a run long enough to be killed midway."""
+
+    def __init__(self, timer):
+        self.timer = timer
+
+    def __call__(self, workload, config):
+        time.sleep(0.1)
+        return self.timer(workload, config)
+
+
+def test_a_killed_client_keeps_what_it_wrote_and_a_rerun_completes_the_log(setup, tmp_path):
+    cluster, model, reference = setup
+    log = tmp_path / "cluster.log"
+    script = ("from test_cluster import Slow; from graph_tuner.api import tune; "
+              "from graph_tuner.model import load_model; from graph_tuner.tuning import model_timer; "
+              f"tune({str(model)!r}, {str(log)!r}, trials=3, cluster={cluster.scheduler_address!r}, "
+              f"progress=False, measure=Slow(model_timer(load_model({str(model)!r}))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and \
+                (not log.exists() or len(log.read_text().splitlines()) < 6):
+            time.sleep(0.02)
+        assert proc.poll() is None  # killed midway, not after it finished or failed
+    finally:
+        proc.kill()
+        proc.wait()
+    written = sum(content(log)[0].values())
+    assert 6 <= written < sum(reference[0].values())
+    assert main(["tune", str(model), "-o", str(log), "--cluster", cluster.scheduler_address, *TRIALS]) == 0
+    assert content(log) == reference
 
 
 def test_unreachable_scheduler_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
