@@ -208,6 +208,14 @@ def connect(cluster) -> tuple[Any, bool]:
         return cluster, False
     if not isinstance(cluster, str) or not cluster.strip():
         raise GraphTunerError(f"--cluster: expected a scheduler address such as tcp://HOST:8786, got {cluster!r}")
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:  # a malformed address fails here, not in a Client that then hangs on closing
+        if parse_address(cluster)[0] in ("tcp", "tls", "ws", "wss"):
+            get_address_host_port(cluster)
+    except ValueError as e:
+        raise GraphTunerError(f"--cluster {cluster}: not a scheduler address ({e}); give tcp://HOST:PORT "
+                              f"(`dask scheduler` prints it)") from None
     try:
         client = distributed.Client(cluster, timeout=CONNECT_TIMEOUT, set_as_default=False)
     except (OSError, ValueError, TypeError) as e:  # timeouts are OSErrors; a bad address a ValueError
@@ -645,7 +653,8 @@ def tune_on_cluster(
         for g in groups:
             g.path = prepare_log(g.path)
             g.state = logged(g.path, g.target)
-        bar = tqdm(total=0, desc=f"tuning on {sum(len(g.workers) for g in groups)} workers", unit="measurement",
+        n = sum(len(g.workers) for g in groups)
+        bar = tqdm(total=0, desc=f"tuning on {n} worker{'s' if n != 1 else ''}", unit="measurement",
                    disable=not progress, delay=0.5)  # delay: drawn once the totals are known
 
         def emit(line: str) -> None:

@@ -99,7 +99,8 @@ def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
     result = tune_on_cluster(model, args.output, args.cluster, trials=trials, time_budget=args.time_budget,
                              progress=not args.no_progress, print_fn=print, name=log_name(args.model))
     logs = ", ".join(str(p) for p in result.logs.values())
-    print(f"tuned {len(model.distinct_workloads())} workloads on {len(result.workers)} workers in "
+    n = len(result.workers)
+    print(f"tuned {len(model.distinct_workloads())} workloads on {n} worker{'s' if n != 1 else ''} in "
           f"{result.wall_seconds:.1f} s (the cluster's overhead: {100 * result.overhead():.1f}% of the measuring "
           f"time); log{'s' if len(result.logs) > 1 else ''}: {logs}")
     return 0
