@@ -254,6 +254,9 @@ def measuring_workers(client) -> list[WorkerInfo]:
     except ImportError as e:
         raise GraphTunerError(f"a worker cannot import graph-tuner ({e}); install graph-tuner on every "
                               f"worker machine ({INSTALL})") from None
+    for a, info in described.items():
+        if "error" in info:
+            raise GraphTunerError(f"worker {_label(a)}: {info['error']} (in the worker's environment)")
     return [WorkerInfo(a, host, **described[a]) for a, host in addresses.items() if a in described]
 
 
@@ -287,11 +290,17 @@ def shared_hosts(workers: Sequence[WorkerInfo]) -> list[str]:
 # -- on the workers -------------------------------------------------------------------
 
 def describe_worker() -> dict:
-    """Run on a worker (``Client.run``): its LLVM CPU name, kernel threads and speed."""
+    """Run on a worker (``Client.run``): its LLVM CPU name, kernel threads and speed, or
+    what is wrong with its environment (``GRAPH_TUNER_NUM_THREADS``, the cache folder)."""
+    from graph_tuner.environment import check_environment
     from graph_tuner.host_state import probe
     from kernels.jit import host_cpu
     from kernels.threads import num_threads
 
+    try:
+        check_environment()
+    except GraphTunerError as e:
+        return {"error": str(e)}
     return {"cpu": host_cpu().name, "threads": num_threads(), "probe": probe()}
 
 

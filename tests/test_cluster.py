@@ -170,6 +170,15 @@ def test_a_cluster_without_measuring_workers_is_one_line(tmp_path, monkeypatch):
             tune(write_tiny_onnx(tmp_path / "tiny.onnx"), tmp_path / "t.log", trials=1, cluster=client)
 
 
+def test_a_worker_with_a_bad_environment_is_named_in_one_line(tmp_path):
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"measure": 1},
+                      dashboard_address=":0", env={"GRAPH_TUNER_NUM_THREADS": "two"}) as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(cl.GraphTunerError, match=r"^worker 127.0.0.1:\d+: GRAPH_TUNER_NUM_THREADS='two' is not"):
+            tune(write_tiny_onnx(tmp_path / "tiny.onnx"), tmp_path / "t.log", trials=1, cluster=client)
+    assert not (tmp_path / "t.log").exists()
+
+
 def test_one_log_per_cpu_or_the_first_workers_cpu_only():
     workers = [cl.WorkerInfo("tcp://a:1", "a", "znver3", 2), cl.WorkerInfo("tcp://b:1", "b", "znver4", 2),
                cl.WorkerInfo("tcp://c:1", "c", "znver3", 2)]
