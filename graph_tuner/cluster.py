@@ -543,7 +543,7 @@ class _Run:
         try:
             report = future.result()
         except KilledWorker:
-            raise GraphTunerError(f"{_what(job)} ({group.cpu}) killed {_allowed()} workers in a row; "
+            raise GraphTunerError(f"{_what(job)} ({group.cpu}) killed {_allowed() + 1} workers; "
                                   f"look at the workers' logs; a rerun resumes from the log") from None
         except CancelledError:
             raise GraphTunerError(f"{_what(job)} was cancelled: the Dask scheduler was lost or restarted; "
@@ -603,7 +603,7 @@ def _what(job) -> str:
 def _allowed() -> int:
     import dask
 
-    return int(dask.config.get("distributed.scheduler.allowed-failures"))
+    return int(dask.config.get("distributed.scheduler.allowed-failures"))  # the scheduler's, if configured alike
 
 
 def log_name(model) -> str:
