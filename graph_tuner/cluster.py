@@ -12,7 +12,7 @@ The client is the one writer of the log: each record is appended and flushed as 
 arrives, so a killed client loses at most the records in flight, and a rerun skips what
 is logged exactly as a local ``tune`` does (:func:`graph_tuner.tuning.logged`).
 
-How records travel: a worker publishes each one as an event of its job's topic
+How records travel (the workers' side: :mod:`graph_tuner.cluster_jobs`): a worker publishes each one as an event of its job's topic
 (``Client.log_event``, acknowledged by the scheduler, which keeps a topic's events). The
 client subscribes to the topic and writes each event as it comes; when the job's result
 arrives it reads the topic's stored events once more and writes any the subscription
@@ -47,9 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from graph_tuner.cluster_jobs import (ConvJob, JobReport, TransformJob, describe_worker, probe_worker, run_conv_job,
+                                      run_transform_job, transform_key, worker_label)
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, conv_input_key, logged,
-                                measurement_record, prepare_log, transform_input_key, transforms_to_measure)
+from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, conv_input_key, logged, prepare_log,
+                                transform_input_key, transforms_to_measure)
 
 # Seconds to reach the scheduler before giving up: a typo in --cluster must not hang for
 # Dask's default of 30 s.
@@ -73,12 +75,7 @@ class WorkerInfo:
 
     @property
     def label(self) -> str:
-        return _label(self.address)
-
-
-def _label(address: str) -> str:
-    """A worker as the summary names it: ``10.0.0.2:40111``."""
-    return address.split("://")[-1]
+        return worker_label(self.address)
 
 
 @dataclass
@@ -101,55 +98,6 @@ class Group:
     @property
     def hosts(self) -> list[str]:
         return sorted({w.host for w in self.workers})
-
-
-@dataclass(frozen=True)
-class ConvJob:
-    """One workload to tune on one CPU (what a worker needs, no model file)."""
-
-    topic: str
-    index: int  # in the model's distinct workloads, from 1
-    total: int
-    workload: Any  # kernels.workload.Conv2DWorkload
-    count: int
-    target: str
-    trials: int
-    time_budget: float | None
-    confirm: int
-    measured: dict  # config index -> seconds (None: failed), from the log at submission
-    retimed: dict  # config index -> re-timings in the log
-    epilogue: dict  # build_conv2d's fused-epilogue arguments (graph_tuner.tuning.workload_epilogues)
-    measure: Callable | None = None  # the tuner's measure (default: KernelTimer with the epilogue)
-
-
-@dataclass(frozen=True)
-class TransformJob:
-    """A batch of layout transforms to time on one CPU."""
-
-    topic: str
-    target: str
-    keys: list  # normalised (shape, src block, dst block)
-    measure: Callable | None = None  # kernels.transform_bench.measure_transforms' measure_one
-
-
-@dataclass
-class JobReport:
-    """What a worker returns for a job (its records went as events)."""
-
-    address: str
-    host: str
-    cpu: str
-    threads: int
-    started: float  # time.time() on the worker when the job started
-    seconds: float  # the job's time on the worker, less the time spent sending records
-    summary: WorkloadSummary | None = None  # conv jobs
-    transforms: int = 0  # transform jobs: timings sent
-    received: float = 0.0  # time.time() on the client when the result arrived
-    index: int = 0  # conv jobs: the workload's number (set by the client)
-
-    @property
-    def label(self) -> str:
-        return _label(self.address)
 
 
 @dataclass
@@ -256,7 +204,7 @@ def measuring_workers(client) -> list[WorkerInfo]:
                               f"worker machine ({INSTALL})") from None
     for a, info in described.items():
         if "error" in info:
-            raise GraphTunerError(f"worker {_label(a)}: {info['error']} (in the worker's environment)")
+            raise GraphTunerError(f"worker {worker_label(a)}: {info['error']} (in the worker's environment)")
     return [WorkerInfo(a, host, **described[a]) for a, host in addresses.items() if a in described]
 
 
@@ -285,131 +233,6 @@ def shared_hosts(workers: Sequence[WorkerInfo]) -> list[str]:
     """Hosts with more than one measuring worker: their timings disturb each other."""
     counts = Counter(w.host for w in workers)
     return sorted(h for h, n in counts.items() if n > 1)
-
-
-# -- on the workers -------------------------------------------------------------------
-
-def describe_worker() -> dict:
-    """Run on a worker (``Client.run``): its LLVM CPU name, kernel threads and speed, or
-    what is wrong with its environment (``GRAPH_TUNER_NUM_THREADS``, the cache folder)."""
-    from graph_tuner.environment import check_environment
-    from graph_tuner.host_state import probe
-    from kernels.jit import host_cpu
-    from kernels.threads import num_threads
-
-    try:
-        check_environment()
-    except GraphTunerError as e:
-        return {"error": str(e)}
-    return {"cpu": host_cpu().name, "threads": num_threads(), "probe": probe()}
-
-
-def probe_worker() -> float:
-    """Run on a worker: the host probe (one-thread conv GFLOP/s) now."""
-    from graph_tuner.host_state import probe
-
-    return probe()
-
-
-class _Stream:
-    """A job's records, sent to the scheduler one by one as events of the job's topic.
-    ``earlier``: what attempts of the job on workers that died have sent."""
-
-    def __init__(self, topic: str):
-        from distributed import get_client
-
-        self.client, self.topic = get_client(), topic
-        self.attempt, self.seq, self.seconds = uuid.uuid4().hex, 0, 0.0
-        self.earlier = [msg for _, msg in self.client.get_events(topic)]
-
-    def send(self, msg: dict) -> None:
-        t0 = time.perf_counter()
-        self.client.log_event(self.topic, {**msg, "attempt": self.attempt, "seq": self.seq})
-        self.seq += 1
-        self.seconds += time.perf_counter() - t0
-
-
-def _report(stream: _Stream, started: float, t0: float, **kw) -> JobReport:
-    from distributed import get_worker
-    from distributed.comm import get_address_host
-
-    from kernels.jit import host_cpu
-    from kernels.threads import num_threads
-
-    worker = get_worker()
-    return JobReport(worker.address, get_address_host(worker.address), host_cpu().name, num_threads(), started,
-                     time.perf_counter() - t0 - stream.seconds, **kw)
-
-
-def _check_cpu(target: str) -> None:
-    from distributed import get_worker
-
-    from graph_tuner.tuning import host_target
-
-    if host_target() != target:
-        raise GraphTunerError(f"worker {get_worker().address} is a {host_target()}, "
-                              f"not the {target} its job was sent to")
-
-
-def run_conv_job(job: ConvJob) -> JobReport:
-    """Run on a worker: tune one workload (:func:`kernels.tuner.tune`), resuming from the
-    log's configs and those earlier attempts sent, each record sent as it is measured."""
-    from graph_tuner.records import format_record
-    from kernels.tuner import KernelTimer, tune
-
-    started, t0 = time.time(), time.perf_counter()
-    _check_cpu(job.target)
-    stream = _Stream(job.topic)
-    measured, retimed = dict(job.measured), Counter(job.retimed)
-    for msg in stream.earlier:
-        if msg["confirmation"]:
-            retimed[msg["index"]] += 1
-        elif measured.get(msg["index"]) is None:  # as logged(): a success beats a failure
-            measured[msg["index"]] = msg["seconds"]
-    summary = WorkloadSummary.from_log(job.workload, job.count, measured)
-    measure = job.measure or KernelTimer(epilogues={job.workload: job.epilogue})
-
-    def on_measure(m) -> None:
-        summary.add(m)
-        stream.send({"line": format_record(measurement_record(job.workload, m, job.target)), "index": m.index,
-                     "seconds": m.seconds if m.ok else None, "confirmation": m.confirmation})
-
-    tune(job.workload, trials=job.trials, time_budget=job.time_budget, measure=measure, measured=measured,
-         callback=on_measure, confirm=job.confirm, retimed=dict(retimed))
-    summary.wall_seconds = time.perf_counter() - t0
-    return _report(stream, started, t0, summary=summary)
-
-
-def run_transform_job(job: TransformJob) -> JobReport:
-    """Run on a worker: time a batch of layout transforms (its per-CPU cache first), each
-    timing sent as it is known; keys earlier attempts sent are skipped."""
-    from distributed import get_worker
-
-    from graph_tuner.tuning import check_cache
-    from kernels.transform_bench import measure_transforms
-
-    started, t0 = time.time(), time.perf_counter()
-    _check_cpu(job.target)
-    try:
-        check_cache()
-    except GraphTunerError as e:
-        raise GraphTunerError(f"worker {get_worker().address}: {e}") from None
-    stream = _Stream(job.topic)
-    done = {_key(msg["key"]) for msg in stream.earlier}
-    count = 0
-
-    def send(key, seconds: float) -> None:
-        nonlocal count
-        count += 1
-        stream.send({"key": [list(key[0]), key[1], key[2]], "seconds": seconds})
-
-    measure_transforms([k for k in job.keys if k not in done], progress=False, measure_one=job.measure,
-                       callback=send)
-    return _report(stream, started, t0, transforms=count)
-
-
-def _key(raw) -> tuple:
-    return tuple(int(x) for x in raw[0]), int(raw[1]), int(raw[2])
 
 
 # -- on the client --------------------------------------------------------------------
@@ -448,7 +271,7 @@ class _Writer:
         from kernels.tuner import CONFIRM_ROUNDS
 
         if isinstance(job, TransformJob):
-            shape, a, b = _key(msg["key"])
+            shape, a, b = transform_key(msg["key"])
             key, seconds = transform_input_key((shape, a, b), job.target), msg["seconds"]
             if key in group.state.transforms or not (seconds > 0 and math.isfinite(seconds)):
                 return True
