@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 from graph_tuner.errors import GraphTunerError
 
-__all__ = ["__version__", "GraphTuner", "GraphTunerError", "load_model"]
+__all__ = ["__version__", "GraphTuner", "GraphTunerError", "load_model", "tune"]
 
 
 def __getattr__(name: str):
@@ -14,6 +14,10 @@ def __getattr__(name: str):
         from graph_tuner.api import GraphTuner
 
         return GraphTuner
+    if name == "tune":
+        from graph_tuner.tune_api import tune
+
+        return tune
     if name == "load_model":
         from graph_tuner.loading import load_model
 

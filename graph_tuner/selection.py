@@ -320,6 +320,10 @@ def select_measuring(flow: LayoutFlow, candidates: dict[str, list], known: Mutab
             raise GraphTunerError(f"{len(new)} layout transform cost(s) unknown that a best plan may need, e.g. "
                                   f"{list(shape)} {layout_name(a)} -> {layout_name(b)}; measure or estimate them")
         known.update(measure(new))
+        if any(k not in known for k in new):  # else the same plan would be asked for again and again
+            shape, a, b = next(k for k in new if k not in known)
+            raise GraphTunerError(f"layout transform {list(shape)} {layout_name(a)} -> {layout_name(b)} could not "
+                                  "be measured")
 
 
 def _all_blocks(candidates: dict[str, list]) -> list[int]:

@@ -159,6 +159,31 @@ class WorkloadSummary:
     pairs: set[tuple[int, int]] = field(default_factory=set)  # (ic_bn, oc_bn) with a measurement
     wall_seconds: float = 0.0
 
+    @classmethod
+    def from_log(cls, workload: Conv2DWorkload, count: int, previous: dict[int, float | None]) -> WorkloadSummary:
+        """A workload's summary before this run measures: what the log holds (``previous``:
+        config index -> seconds, None: failed)."""
+        summary = cls(workload, count, resumed=len(previous))
+        for index, s in previous.items():
+            if s is not None:
+                summary.pairs.add(_pair(workload, index))
+                if summary.best_seconds is None or s < summary.best_seconds:
+                    summary.best_seconds, summary.best_config = s, _config(workload, index)
+        return summary
+
+    def add(self, m) -> None:
+        """Count one new :class:`kernels.tuner.Measurement` of this run."""
+        if m.confirmation:
+            self.confirmed += 1
+            return
+        self.new += 1
+        if not m.ok:
+            self.errors += 1
+        else:
+            self.pairs.add((m.config.ic_bn, m.config.oc_bn))
+            if self.best_seconds is None or m.seconds < self.best_seconds:
+                self.best_seconds, self.best_config = m.seconds, m.config
+
     @property
     def best_gflops(self) -> float | None:
         return self.workload.flops / self.best_seconds / 1e9 if self.best_seconds else None
@@ -247,30 +272,16 @@ def tune_workloads(
             budget = None
             if time_budget is not None:
                 budget = max((time_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
-            summary = WorkloadSummary(w, count, resumed=len(previous))
-            for index, s in previous.items():
-                if s is not None:
-                    summary.pairs.add(_pair(w, index))
-                    if summary.best_seconds is None or s < summary.best_seconds:
-                        summary.best_seconds, summary.best_config = s, _config(w, index)
+            summary = WorkloadSummary.from_log(w, count, previous)
             bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
                        unit="trial", disable=not progress, leave=True)
 
             def on_measure(m, summary=summary, bar=bar, w=w):
-                rec = make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
-                                         error_no=m.error_no, all_cost=m.elapsed)
-                log.write(format_record(rec) + "\n")
+                log.write(format_record(measurement_record(w, m, target)) + "\n")
                 log.flush()
+                summary.add(m)
                 if m.confirmation:
-                    summary.confirmed += 1
                     return
-                summary.new += 1
-                if not m.ok:
-                    summary.errors += 1
-                else:
-                    summary.pairs.add((m.config.ic_bn, m.config.oc_bn))
-                    if summary.best_seconds is None or m.seconds < summary.best_seconds:
-                        summary.best_seconds, summary.best_config = m.seconds, m.config
                 bar.update(1)
                 if summary.best_gflops:
                     bar.set_postfix_str(f"best {summary.best_gflops:.1f} GFLOP/s")
@@ -356,12 +367,16 @@ def retime_workloads(
     kept = [line for line, rec in conv_record_lines(path)
             if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced]
     for w, ms in timings:
-        for m in ms:
-            rec = make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
-                                     error_no=m.error_no, all_cost=m.elapsed)
-            kept.append(format_record(rec))
+        kept += [format_record(measurement_record(w, m, target)) for m in ms]
     atomic_write_text(path, "\n".join(kept) + "\n")
     return len(replaced)
+
+
+def measurement_record(w: Conv2DWorkload, m, target: str) -> dict:
+    """The v0.2 record of one :class:`kernels.tuner.Measurement` of ``w`` on ``target``
+    (a failed one costs TVM's ``[1e9]`` and carries its ``error_no``)."""
+    return make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
+                              error_no=m.error_no, all_cost=m.elapsed)
 
 
 def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:
@@ -404,21 +419,25 @@ def transform_keys(shapes: Iterable[Sequence[int]], records: Iterable, target: s
     return keys
 
 
+def transforms_to_measure(keys: Iterable, present: set[str], target: str) -> list:
+    """The normalised ``keys`` that are real transforms (two blocks) without a record in
+    ``present`` (:attr:`LogState.transforms`)."""
+    from kernels.transform_bench import normalize_key
+
+    return [k for k in map(normalize_key, keys)
+            if k[1] != k[2] and transform_input_key(k[0], layout_name(k[1]), layout_name(k[2]), target) not in present]
+
+
 def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
                       measure: Callable | None = None, on_time: Callable | None = None) -> int:
     """Measure (or take from the per-CPU cache) ``keys`` and append a ``layout_transform``
     record for each not already in the log for ``target``, each written and flushed the
     moment its timing is known (a killed run keeps what it measured); returns how many
     were appended. ``on_time(key, seconds)`` gets each timing of a key not yet logged."""
-    from kernels.transform_bench import measure_transforms, normalize_key
+    from kernels.transform_bench import measure_transforms
 
     path = prepare_log(log_path)
-    present = logged(path, target).transforms
-    wanted = []
-    for key in keys:
-        shape, a, b = normalize_key(key)
-        if a != b and transform_input_key(shape, layout_name(a), layout_name(b), target) not in present:
-            wanted.append((shape, a, b))
+    wanted = transforms_to_measure(keys, logged(path, target).transforms, target)
     if not wanted:
         return 0
     added = 0

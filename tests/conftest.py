@@ -40,3 +40,11 @@ def calls_to(monkeypatch):
         return calls
 
     return spy_on
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path):
+    """A two-conv ONNX model (:func:`tiny_model.write_tiny_onnx`) in ``tmp_path``."""
+    from tiny_model import write_tiny_onnx
+
+    return write_tiny_onnx(tmp_path / "tiny.onnx")

@@ -5,10 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from graph_tuner.cli import main
 from graph_tuner.records import read_records
@@ -18,21 +15,6 @@ from graph_tuner.records import read_records
 def private_cache(tmp_path, monkeypatch):
     """`tune` checks (and creates) the transform cache before it runs: never the user's."""
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def tiny_onnx(tmp_path):
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.normal(size=s).astype(np.float32), n)
-             for n, s in (("w0", (16, 8, 3, 3)), ("w1", (16, 16, 1, 1)))]
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
-             helper.make_node("Conv", ["r0", "w1"], ["y"], name="conv1")]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])], inits)
-    path = tmp_path / "tiny.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
-    return path
 
 
 def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):

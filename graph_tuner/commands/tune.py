@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from graph_tuner.commands import check_paths, positive_int, positive_seconds
@@ -29,6 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
                         "to refresh a log after a kernel upgrade or on a calmer host")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
+                        "`dask worker ADDRESS --nthreads 1 --resources measure=1`; this process writes the log. "
+                        "-o DIR/ then writes one log per CPU, DIR/<cpu>/MODEL.log (needs graph-tuner[cluster])")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (summary lines only)")
     p.set_defaults(func=run)
 
@@ -43,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if args.retime and (args.trials is not None or args.time_budget is not None):
         raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
+    if args.cluster:
+        if args.retime:
+            raise GraphTunerError("--retime re-times on this machine: drop --cluster")
+        return run_on_cluster(args, trials)
     # Before anything runs (loading a big model, probing the host): the log must be a log,
     # and never the model itself (`tune model.onnx -o model.onnx` once cut bytes off it).
     out = Path(args.output)
@@ -67,4 +76,32 @@ def run(args: argparse.Namespace) -> int:
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
     print(f"host while tuning: one-thread conv {before:.0f} GFLOP/s at the start, {after:.0f} at the end")
+    return 0
+
+
+def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
+    """``tune --cluster``: the workloads spread over a Dask cluster (:mod:`graph_tuner.cluster`)."""
+    from graph_tuner.cluster import log_name, tune_on_cluster
+    from graph_tuner.errors import GraphTunerError
+    from graph_tuner.loading import load_model
+    from graph_tuner.tuning import check_log
+
+    out = Path(args.output)
+    model_file = args.model if Path(args.model).is_file() else None
+    if args.output.endswith(("/", os.sep)) or out.is_dir():
+        # DIR/<cpu>/MODEL.log: the folder (or its first existing parent) must be writable
+        check_paths({"MODEL": model_file}, {"-o": out / "MODEL.log"})
+    else:
+        check_paths({"MODEL": model_file}, {"-o": out})
+        check_log(out)
+    model = load_model(args.model, batch=args.batch)
+    if not model.distinct_workloads():
+        raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
+    result = tune_on_cluster(model, args.output, args.cluster, trials=trials, time_budget=args.time_budget,
+                             progress=not args.no_progress, print_fn=print, name=log_name(args.model))
+    logs = ", ".join(str(p) for p in result.logs.values())
+    n = len(result.workers)
+    print(f"tuned {len(model.distinct_workloads())} workloads on {n} worker{'s' if n != 1 else ''} in "
+          f"{result.wall_seconds:.1f} s (the cluster's overhead: {100 * result.overhead():.1f}% of the measuring "
+          f"time); log{'s' if len(result.logs) > 1 else ''}: {logs}")
     return 0

@@ -1,0 +1,536 @@
+"""Tune on many machines at once: the workloads spread over a Dask cluster, one writer.
+
+``graph-tuner tune MODEL -o LOG --cluster tcp://HOST:8786`` (:func:`tune_on_cluster`)
+connects to a running ``dask scheduler`` and hands each distinct conv workload, then
+batches of the layout transforms a plan can need, to the workers that declare the
+``measure`` resource (``dask worker tcp://HOST:8786 --nthreads 1 --resources measure=1``,
+one per machine). A worker compiles and times on its own CPU with all the machine's
+cores (the kernels' thread pool, ``GRAPH_TUNER_NUM_THREADS`` or every core: Dask's one
+task thread only starts the measurement) and sends every record the moment it exists.
+
+The client is the one writer of the log: each record is appended and flushed as it
+arrives, so a killed client loses at most the records in flight, and a rerun skips what
+is logged exactly as a local ``tune`` does (:func:`graph_tuner.tuning.logged`).
+
+How records travel (the workers' side: :mod:`graph_tuner.cluster_jobs`): a worker publishes each one as an event of its job's topic
+(``Client.log_event``, acknowledged by the scheduler, which keeps a topic's events). The
+client subscribes to the topic and writes each event as it comes; when the job's result
+arrives it reads the topic's stored events once more and writes any the subscription
+missed. A worker killed mid-workload: Dask runs the job again on another worker, which
+reads the topic's events first and resumes from the configs they hold (the way a local
+rerun resumes from the log), so records already sent are kept and their configs are not
+measured again. The writer also refuses a second search record of a config and more
+re-timings than :data:`kernels.tuner.CONFIRM_ROUNDS`, whatever arrives.
+
+CPUs: ``-o DIR/`` writes one log per CPU, ``DIR/<cpu>/MODEL.log`` (the layout of
+``data/``), each workload tuned once per CPU type by the workers of that CPU. With one
+``-o LOG``, the workers whose CPU differs from the first worker's are left out, named in
+one line. Jobs are pinned to the hosts of their CPU (a worker the nanny restarts gets a
+new address, not a new host).
+
+>>> workers = [WorkerInfo("tcp://a:1", "a", "znver3", 2), WorkerInfo("tcp://b:1", "b", "znver4", 2)]
+>>> [str(g.path) for g in plan_groups(workers, "logs/", "resnet-18")[0]]
+['logs/znver3/resnet-18.log', 'logs/znver4/resnet-18.log']
+>>> print(plan_groups(workers, "x.log", "resnet-18")[1])  # doctest: +NORMALIZE_WHITESPACE
+left out 1 worker whose CPU is not znver3 (the first worker's) for the one log x.log: b:1 (znver4);
+-o DIR/ writes one log per CPU
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from graph_tuner.cluster_jobs import (ConvJob, JobReport, TransformJob, describe_worker, probe_worker, run_conv_job,
+                                      run_transform_job, transform_key, worker_label)
+from graph_tuner.errors import GraphTunerError
+from graph_tuner.records import conv_input_key, transform_input_key
+from graph_tuner.tuning import DEFAULT_TRIALS, LogState, WorkloadSummary, logged, prepare_log, transforms_to_measure
+
+# Seconds to reach the scheduler before giving up: a typo in --cluster must not hang for
+# Dask's default of 30 s.
+CONNECT_TIMEOUT = 10.0
+# ... and to wait for a first measuring worker (workers started with the scheduler may
+# still be connecting).
+WORKER_TIMEOUT = 30.0
+RESOURCE = "measure"
+INSTALL = "pip install 'graph-tuner[cluster]'"
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A measuring worker as the client first saw it."""
+
+    address: str
+    host: str
+    cpu: str  # LLVM's name for its CPU
+    threads: int  # threads its kernels use
+    probe: float | None = None  # one-thread conv GFLOP/s at the start (graph_tuner.host_state)
+
+    @property
+    def label(self) -> str:
+        return worker_label(self.address)
+
+
+@dataclass
+class Group:
+    """The workers of one CPU and the log they fill."""
+
+    cpu: str
+    path: Path
+    workers: list[WorkerInfo]
+    state: LogState = field(default_factory=LogState)
+    pending: int = 0  # conv jobs not yet finished; then its transform jobs
+    transforms_sent: bool = False
+    transforms_needed: int = 0  # a plan could need
+    transforms_used: int = 0  # by the best plan and the baselines
+    transforms_added: int = 0
+    transform_seconds: dict = field(default_factory=dict)  # (NCHW shape, src, dst) -> seconds, as received
+
+    @property
+    def target(self) -> str:
+        return f"llvm -mcpu={self.cpu}"
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({w.host for w in self.workers})
+
+
+@dataclass
+class ClusterResult:
+    """How a cluster run went: per CPU the log and its workloads' summaries, per job its report."""
+
+    logs: dict[str, Path]
+    summaries: dict[str, list[WorkloadSummary]]
+    reports: list[JobReport]
+    workers: list[WorkerInfo]
+    wall_seconds: float
+    probes_after: dict[str, float] = field(default_factory=dict)
+
+    def overhead(self) -> float:
+        """Time the cluster added, as a fraction of the measuring time: per job, from its
+        start on the worker to its result at the client, less the worker's measuring
+        (one machine's clock: meaningful when the client runs where the workers do)."""
+        busy = sum(r.seconds for r in self.reports)
+        return sum(r.received - r.started - r.seconds for r in self.reports) / busy if busy else 0.0
+
+    def worker_lines(self) -> list[str]:
+        """Which worker (machine, CPU) tuned which workloads, and how long it measured."""
+        by: dict[str, list[JobReport]] = {}
+        for r in self.reports:
+            by.setdefault(r.address, []).append(r)
+        probes = {w.address: w.probe for w in self.workers}
+        lines = []
+        for address, rs in sorted(by.items()):
+            r0 = rs[0]
+            done = [str(i) for i in sorted(r.index for r in rs if r.summary)]
+            transforms = sum(r.transforms for r in rs)
+            before, after = probes.get(address), self.probes_after.get(address)
+            probe = (f"; one-thread conv {_gflops(before)} GFLOP/s at the start, {_gflops(after)} at the end"
+                     if before or after else "")
+            lines.append(f"{r0.label} (host {r0.host}, {r0.cpu}, {r0.threads} threads): "
+                         f"workloads {' '.join(done) or '-'} ({len(done)}), {transforms} transforms, "
+                         f"{sum(r.seconds for r in rs):.1f} s measuring{probe}")
+        return lines
+
+
+def _gflops(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+# -- connecting -----------------------------------------------------------------------
+
+def connect(cluster) -> tuple[Any, bool]:
+    """A ``distributed.Client`` for ``cluster`` (a scheduler address, or a Client used as
+    it is) and whether it is ours to close. An unreachable scheduler is a one-line
+    :class:`GraphTunerError` after :data:`CONNECT_TIMEOUT` seconds."""
+    try:
+        import distributed
+    except ImportError:
+        raise GraphTunerError(f"--cluster needs Dask distributed: {INSTALL}") from None
+    if isinstance(cluster, distributed.Client):
+        return cluster, False
+    if not isinstance(cluster, str) or not cluster.strip():
+        raise GraphTunerError(f"--cluster: expected a scheduler address such as tcp://HOST:8786, got {cluster!r}")
+    from distributed.comm.addressing import get_address_host_port, parse_address
+
+    try:  # a malformed address fails here, not in a Client that then hangs on closing
+        if parse_address(cluster)[0] in ("tcp", "tls", "ws", "wss"):
+            get_address_host_port(cluster)
+    except ValueError as e:
+        raise GraphTunerError(f"--cluster {cluster}: not a scheduler address ({e}); give tcp://HOST:PORT "
+                              f"(`dask scheduler` prints it)") from None
+    try:
+        client = distributed.Client(cluster, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, ValueError, TypeError) as e:  # timeouts are OSErrors; a bad address a ValueError
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+        raise GraphTunerError(f"--cluster {cluster}: cannot reach the Dask scheduler ({why}); start it with "
+                              f"`dask scheduler` and check the address") from None
+    return client, True
+
+
+def _measuring(client) -> tuple[dict[str, str], int]:
+    """``{address: host}`` of the workers declaring the ``measure`` resource, in the
+    scheduler's order, and how many workers there are in all."""
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # distributed before 2025 lists every worker without being asked
+        info = client.scheduler_info()["workers"]
+    return {a: w.get("host", "") for a, w in info.items() if w.get("resources", {}).get(RESOURCE, 0) >= 1}, len(info)
+
+
+def measuring_workers(client) -> list[WorkerInfo]:
+    """The workers that declare the ``measure`` resource, in the scheduler's order, with
+    their CPU and thread count (asked on each worker); waits up to :data:`WORKER_TIMEOUT`."""
+    deadline = time.monotonic() + WORKER_TIMEOUT
+    while True:
+        addresses, total = _measuring(client)
+        if addresses or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if not addresses:
+        where = client.scheduler.address
+        raise GraphTunerError(f"--cluster {where}: no worker declares the '{RESOURCE}' resource (of {total} "
+                              f"workers); start one per machine with `dask worker {where} --nthreads 1 "
+                              f"--resources {RESOURCE}=1`")
+    try:
+        described = client.run(describe_worker, workers=list(addresses))
+    except ImportError as e:
+        raise GraphTunerError(f"a worker cannot import graph-tuner ({e}); install graph-tuner on every "
+                              f"worker machine ({INSTALL})") from None
+    for a, info in described.items():
+        if "error" in info:
+            raise GraphTunerError(f"worker {worker_label(a)}: {info['error']} (in the worker's environment)")
+    return [WorkerInfo(a, host, **described[a]) for a, host in addresses.items() if a in described]
+
+
+def plan_groups(workers: Sequence[WorkerInfo], output: str | os.PathLike,
+                name: str) -> tuple[list[Group], str | None]:
+    """The CPU groups of ``workers`` and their logs, and the line naming the workers left
+    out: ``output`` ending in ``/`` (or a folder) gives ``output/<cpu>/<name>.log`` per CPU;
+    a file takes the first worker's CPU only."""
+    out = str(output)
+    if out.endswith(("/", os.sep)) or Path(out).is_dir():
+        cpus = list(dict.fromkeys(w.cpu for w in workers))
+        safe = name.replace(os.sep, "_")
+        return [Group(c, Path(out) / c / f"{safe}.log", [w for w in workers if w.cpu == c]) for c in cpus], None
+    first = workers[0].cpu
+    left = [w for w in workers if w.cpu != first]
+    note = None
+    if left:
+        s = "s" if len(left) > 1 else ""
+        named = ", ".join(f"{w.label} ({w.cpu})" for w in left)
+        note = (f"left out {len(left)} worker{s} whose CPU is not {first} (the first worker's) for the one log "
+                f"{out}: {named}; -o DIR/ writes one log per CPU")
+    return [Group(first, Path(out), [w for w in workers if w.cpu == first])], note
+
+
+def shared_hosts(workers: Sequence[WorkerInfo]) -> list[str]:
+    """Hosts with more than one measuring worker: their timings disturb each other."""
+    counts = Counter(w.host for w in workers)
+    return sorted(h for h, n in counts.items() if n > 1)
+
+
+# -- on the client --------------------------------------------------------------------
+
+class _Writer:
+    """The one writer of the logs: appends and flushes each record the moment it arrives,
+    once, from the subscription's thread or the main one."""
+
+    def __init__(self, groups: Sequence[Group], bar):
+        from graph_tuner.tuning import _open_log
+
+        self.lock = threading.Lock()
+        self.seen: set[tuple[str, int]] = set()
+        self.files = {g.cpu: _open_log(g.path) for g in groups}
+        self.bar = bar
+        self.error: BaseException | None = None
+        self.counted: Counter = Counter()  # topic -> search records written
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    def take(self, job, group: Group, msg: dict) -> None:
+        try:
+            with self.lock:
+                if (msg["attempt"], msg["seq"]) not in self.seen and self._write(job, group, msg):
+                    self.seen.add((msg["attempt"], msg["seq"]))
+        except Exception as e:  # the subscription's thread would swallow it: the main loop raises it
+            self.error = self.error or e
+
+    def _write(self, job, group: Group, msg: dict) -> bool:
+        """Write ``msg``'s record unless the log has it; False: not now (a re-timing whose
+        search record has not arrived yet, written when the job's events are read again)."""
+        from graph_tuner.layout_flow import layout_name
+        from graph_tuner.records import format_record, make_transform_record
+        from kernels.tuner import CONFIRM_ROUNDS
+
+        if isinstance(job, TransformJob):
+            shape, a, b = transform_key(msg["key"])
+            key, seconds = transform_input_key(shape, layout_name(a), layout_name(b), job.target), msg["seconds"]
+            if key in group.state.transforms or not (seconds > 0 and math.isfinite(seconds)):
+                group.transform_seconds.setdefault((shape, a, b), seconds)
+                return True
+            line = format_record(make_transform_record(shape, layout_name(a), layout_name(b), seconds, job.target))
+            group.transform_seconds[(shape, a, b)] = seconds
+            group.state.transforms.add(key)
+            group.transforms_added += 1
+        else:
+            counts = group.state.counts.setdefault(conv_input_key(job.workload, job.target), Counter())
+            index, retiming = msg["index"], msg["confirmation"]
+            if retiming and counts[index] == 0:
+                return False
+            if counts[index] >= (1 + CONFIRM_ROUNDS if retiming else 1):
+                return True  # logged already: sent by a worker that died, then by its replacement
+            counts[index] += 1
+            line = msg["line"]
+        f = self.files[group.cpu]
+        f.write(line + "\n")
+        f.flush()
+        if not (isinstance(job, ConvJob) and msg["confirmation"]):
+            self.counted[job.topic] += 1
+            self.bar.update(1)
+        return True
+
+
+class _Run:
+    """One cluster run: its jobs, the futures running them and what came back."""
+
+    def __init__(self, client, groups: list[Group], workers: list[WorkerInfo], bar, emit, *,
+                 measure, measure_transform):
+        self.client, self.groups, self.workers, self.bar, self.emit = client, groups, workers, bar, emit
+        self.measure, self.measure_transform = measure, measure_transform
+        self.writer = _Writer(groups, bar)
+        self.run_id = uuid.uuid4().hex[:12]
+        self.jobs: dict[str, tuple[ConvJob | TransformJob, Group]] = {}
+        self.futures: list = []
+        self.reports: list[JobReport] = []
+        self.summaries: dict[str, dict[int, WorkloadSummary]] = {g.cpu: {} for g in groups}  # by workload number
+        self.done: Counter = Counter()  # worker label -> jobs finished
+        self.topics: list[str] = []  # subscribed
+
+    def submit(self, job, group: Group, fn: Callable, priority: float = 0):
+        self.jobs[job.topic] = (job, group)
+        self.client.subscribe_topic(job.topic, lambda event: self.writer.take(job, group, event[1]))
+        self.topics.append(job.topic)
+        future = self.client.submit(fn, job, key=job.topic, pure=False, resources={RESOURCE: 1},
+                                    workers=group.hosts, allow_other_workers=False, priority=priority)
+        self.futures.append(future)
+        return future
+
+    def submit_convs(self, workloads, epilogues: dict, *, trials: int, time_budget: float | None,
+                     confirm: int) -> list:
+        futures = []
+        for g in self.groups:
+            # A machine tunes one workload at a time: the budget of the workloads a machine
+            # gets, as a local run splits its budget over its workloads.
+            budget = None if time_budget is None else time_budget * len(g.workers) / len(workloads)
+            for i, (w, count) in enumerate(workloads, 1):
+                key = conv_input_key(w, g.target)
+                measured = g.state.convs.get(key, {})
+                job = ConvJob(f"graph-tuner-{self.run_id}-{g.cpu}-{i}", i, len(workloads), w, count, g.target,
+                              trials, budget, confirm, dict(measured), g.state.retimed(key),
+                              dict(epilogues.get(w, {})), self.measure)
+                self.bar.total += max(0, trials - len(measured))
+                g.pending += 1
+                # The largest first: the run then ends with small ones filling the machines.
+                futures.append(self.submit(job, g, run_conv_job, priority=float(w.flops)))
+        self.bar.refresh()
+        return futures
+
+    def measure_transforms(self, group: Group, model, top_k: int) -> None:
+        """The transforms the best plan and the baselines use, measured on the group's
+        machines as the lazy solve asks for them (:func:`graph_tuner.selection.select_measuring`,
+        as a local ``tune`` does); each batch waits for its records."""
+        from graph_tuner.api import GraphTuner
+
+        gt = GraphTuner(model, group.path, target=group.target, top_k=top_k, fallback=True, skip_bad_lines=True)
+        group.transforms_needed = len(gt.required_transforms())
+
+        def measure(keys: list) -> dict:
+            wanted = transforms_to_measure(keys, group.state.transforms, group.target)
+            n = min(len(wanted), len(group.hosts))
+            self.bar.total += len(wanted)
+            group.pending += n
+            futures = [self.submit(TransformJob(f"graph-tuner-{self.run_id}-{group.cpu}-t{len(self.jobs)}",
+                                                group.target, wanted[j::n], self.measure_transform),
+                                   group, run_transform_job) for j in range(n)]
+            for future in futures:
+                self.finish(future)
+            return {k: group.transform_seconds[k] for k in keys if k in group.transform_seconds}
+
+        plan = gt.solve(measure=measure)
+        group.transforms_used = len({t.key for t in plan.transforms})
+
+    def finish(self, future) -> Group:
+        """Take a finished job's result: write what its events hold that the subscription
+        missed, report it. Returns its group."""
+        from distributed import CancelledError, KilledWorker
+
+        job, group = self.jobs[future.key]
+        try:
+            report = future.result()
+        except KilledWorker:
+            raise GraphTunerError(f"{_what(job)} ({group.cpu}) killed {_allowed() + 1} workers; "
+                                  f"look at the workers' logs; a rerun resumes from the log") from None
+        except CancelledError:
+            raise GraphTunerError(f"{_what(job)} was cancelled: the Dask scheduler was lost or restarted; "
+                                  f"a rerun resumes from the log") from None
+        report.received = time.time()
+        for _, msg in self.client.get_events(job.topic):
+            self.writer.take(job, group, msg)
+        self.client.unsubscribe_topic(job.topic)
+        self.topics.remove(job.topic)
+        if self.writer.error is not None:
+            raise self.writer.error
+        report.index = job.index if isinstance(job, ConvJob) else 0
+        self.reports.append(report)
+        self.done[report.label] += 1
+        self.bar.set_postfix_str(" ".join(f"{k}: {v}" for k, v in sorted(self.done.items())))
+        if isinstance(job, ConvJob):
+            self.bar.total -= max(0, job.trials - len(job.measured)) - self.writer.counted[job.topic]
+            self.bar.refresh()
+            self.summaries[group.cpu][job.index] = report.summary
+            where = f"{group.cpu}, {report.label}" if len(self.groups) > 1 else report.label
+            self.emit(f"{report.summary.line(job.index, job.total)} [{where}]")
+        group.pending -= 1
+        return group
+
+    def close(self) -> None:
+        """Cancel what still runs, stop listening, close the logs; the scheduler forgets
+        the run's events (best effort: a scheduler without the hook keeps them, at most
+        ``low-level-log-length`` records a job)."""
+        if self.futures:
+            self.client.cancel(self.futures)
+        for topic in self.topics:
+            self.client.unsubscribe_topic(topic)
+        self.writer.close()
+        try:
+            self.client.run_on_scheduler(forget_events, list(self.jobs))
+        except Exception:  # a lost scheduler forgets them anyway
+            pass
+
+
+def forget_events(topics: Sequence[str], dask_scheduler=None) -> None:
+    """Run on the scheduler: drop the events of ``topics`` (a private hook of Dask's,
+    hence looked up with care)."""
+    truncate = getattr(getattr(dask_scheduler, "_broker", None), "truncate", None)
+    if truncate is not None:
+        for topic in topics:
+            truncate(topic)
+
+
+def _what(job) -> str:
+    if isinstance(job, ConvJob):
+        from graph_tuner.candidates import describe
+
+        return f"workload {job.index}/{job.total} {describe(job.workload)}"
+    return f"a batch of {len(job.keys)} layout transforms"
+
+
+def _allowed() -> int:
+    import dask
+
+    return int(dask.config.get("distributed.scheduler.allowed-failures"))  # the scheduler's, if configured alike
+
+
+def log_name(model) -> str:
+    """The file name stem of a model's log in ``DIR/<cpu>/``: the zoo name, an .onnx file's stem."""
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        return Path(model).stem
+    return getattr(model, "name", None) or str(model)
+
+
+def tune_on_cluster(
+    model,
+    output: str | os.PathLike,
+    cluster,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    time_budget: float | None = None,
+    confirm: int = 20,
+    top_k: int = 20,
+    transforms: bool = True,
+    measure: Callable | None = None,
+    measure_transform: Callable | None = None,
+    progress: bool = True,
+    print_fn: Callable[[str], object] = lambda s: None,
+    batch: int | None = None,
+    name: str | None = None,
+) -> ClusterResult:
+    """Tune ``model``'s distinct conv workloads and then its layout transforms on the Dask
+    ``cluster`` (a scheduler address or a ``distributed.Client``) into ``output`` (a log,
+    or ``DIR/`` for one log per CPU: ``DIR/<cpu>/<name>.log``, ``name`` by default
+    :func:`log_name`). ``measure``/``measure_transform`` replace the timers
+    on the workers (they must pickle). ``print_fn`` gets a line per workload and, at the
+    end, one per worker (:meth:`ClusterResult.worker_lines`)."""
+    from distributed import as_completed
+    from tqdm import tqdm
+
+    from graph_tuner.loading import load_model
+    from graph_tuner.tuning import workload_epilogues
+
+    if trials < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+    if time_budget is not None and not time_budget > 0:
+        raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
+    m = load_model(model, batch=batch)
+    workloads = m.distinct_workloads()
+    client, owned = connect(cluster)
+    run = None
+    start = time.perf_counter()
+    try:
+        workers = measuring_workers(client)
+        groups, note = plan_groups(workers, output, name or log_name(model))
+        if note:
+            print_fn(note)
+        for host in shared_hosts(workers):
+            print_fn(f"warning: host {host} runs several measuring workers: their timings disturb each other; "
+                     f"start one worker per machine with --resources {RESOURCE}=1")
+        for g in groups:
+            g.path = prepare_log(g.path)
+            g.state = logged(g.path, g.target)
+        n = sum(len(g.workers) for g in groups)
+        bar = tqdm(total=0, desc=f"tuning on {n} worker{'s' if n != 1 else ''}", unit="measurement",
+                   disable=not progress, delay=0.5)  # delay: drawn once the totals are known
+
+        def emit(line: str) -> None:
+            with tqdm.external_write_mode():
+                print_fn(line)
+
+        run = _Run(client, groups, workers, bar, emit, measure=measure, measure_transform=measure_transform)
+        epilogues = {} if measure is not None else workload_epilogues(m)
+        pending = as_completed(run.submit_convs(workloads, epilogues, trials=trials, time_budget=time_budget,
+                                                confirm=confirm), loop=client.loop)
+        for future in pending:
+            group = run.finish(future)
+            if group.pending == 0 and transforms and not group.transforms_sent:
+                group.transforms_sent = True
+                run.measure_transforms(group, m, top_k)
+        bar.close()
+        for g in groups:
+            if transforms:
+                print_fn(f"layout transforms ({g.cpu}): {g.transforms_added} new records; the best plan and the "
+                         f"baselines use {g.transforms_used} of the {g.transforms_needed} a plan could need")
+        hosts = {h for g in groups for h in g.hosts}
+        alive = [a for a, h in _measuring(client)[0].items() if h in hosts]  # restarted ones: new addresses
+        probes = client.run(probe_worker, workers=alive) if alive else {}
+        summaries = {cpu: [s for _, s in sorted(by.items())] for cpu, by in run.summaries.items()}
+        result = ClusterResult({g.cpu: g.path for g in groups}, summaries, run.reports, workers,
+                               time.perf_counter() - start, probes)
+        for line in result.worker_lines():
+            print_fn(line)
+        return result
+    finally:
+        if run is not None:
+            run.close()
+        if owned:
+            client.close()
+

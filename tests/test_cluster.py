@@ -1,0 +1,206 @@
+"""`tune --cluster` on a real Dask LocalCluster: two single-thread worker processes.
+
+With ``--trials 3`` the search is the same on every run (the default config, then the two
+layout pairs the prior ranks first; every config a finalist re-timed 3 times), so a log
+tuned on the cluster must hold what a local run's holds: the same configs per workload,
+each with the same number of records, and the same layout transforms. Timings differ.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+from tiny_model import write_tiny_onnx
+from graph_tuner import cluster as cl
+from graph_tuner.tune_api import tune
+from graph_tuner.cli import main
+from graph_tuner.loading import load_model
+from graph_tuner.tuning import model_timer
+from kernels.jit import host_cpu
+from kernels.threads import num_threads
+
+TRIALS = ["--trials", "3", "--no-progress"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def content(log: Path) -> tuple[Counter, set]:
+    """(records per (workload input, config index), the transforms' inputs) of a log."""
+    convs, transforms = Counter(), set()
+    for line in log.read_text().splitlines():
+        obj = json.loads(line)
+        if obj["input"][1] == "layout_transform":
+            transforms.add(json.dumps(obj["input"]))
+        else:
+            convs[json.dumps(obj["input"]), obj["config"]["index"]] += 1
+    return convs, transforms
+
+
+def assert_same_content(log: Path, reference: tuple, model) -> None:
+    """The same conv records (configs per workload, records per config) as a local run. The
+    transforms are measured as the solve needs them (``select_measuring``), so which ones
+    depends on the times measured: the log must let ``solve`` find its plan without
+    measuring anything more."""
+    from graph_tuner.api import GraphTuner
+
+    convs, transforms = content(log)
+    assert convs == reference[0] and transforms
+    plan = GraphTuner(str(model), log).solve()  # measure=False: an unlogged transform it needs raises
+    assert plan.layers
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The cluster (workers inherit a private transform cache), the model, and the log a
+    local run writes."""
+    folder = tmp_path_factory.mktemp("cluster")
+    model = write_tiny_onnx(folder / "tiny.onnx")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPH_TUNER_CACHE_DIR", str(folder / "cache"))
+        local = folder / "local.log"
+        assert main(["tune", str(model), "-o", str(local), *TRIALS]) == 0
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"measure": 1},
+                          dashboard_address=":0") as cluster:
+            yield cluster, model, content(local)
+
+
+def test_cluster_log_holds_what_a_local_run_logs_and_a_rerun_adds_nothing(setup, tmp_path, capsys):
+    cluster, model, reference = setup
+    log = tmp_path / "cluster.log"
+    assert main(["tune", str(model), "-o", str(log), "--cluster", cluster.scheduler_address, *TRIALS]) == 0
+    out = capsys.readouterr().out
+    assert_same_content(log, reference, model)
+    convs, transforms = reference
+    assert len(convs) == 6 and sum(convs.values()) == 6 * 4 and transforms  # 3 configs x 2, each timed 4 times
+    # Each workload's line names its worker; each worker measured with every core, not
+    # with its one Dask thread.
+    assert "[1/2]" in out and "[2/2]" in out and "tuned 2 workloads on 2 workers" in out
+    worker_lines = [line for line in out.splitlines() if f"{host_cpu().name}, {num_threads()} threads)" in line]
+    assert len(worker_lines) >= 1 and all("workloads " in line for line in worker_lines)
+    lines = log.read_text()
+    assert main(["tune", str(model), "-o", str(log), "--cluster", cluster.scheduler_address, *TRIALS]) == 0
+    assert log.read_text() == lines  # resumed: nothing left to do
+    assert capsys.readouterr().out.count("0 new + 3 logged") == 2
+
+
+class DieOnce:
+    """The tuner's measure, but the first worker process to reach its ``n``-th measurement
+    is SIGKILLed there (no cleanup, as an OOM kill or a pulled plug), once per ``marker``.
+    Every call, in any process, appends a line to ``marker.calls``."""
+
+    def __init__(self, timer, marker: str, n: int):
+        self.timer, self.marker, self.n, self.calls = timer, marker, n, 0
+
+    def __call__(self, workload, config):
+        self.calls += 1
+        with open(self.marker + ".calls", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if self.calls == self.n:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass  # another process died already
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return self.timer(workload, config)
+
+
+def test_a_worker_killed_mid_workload_loses_nothing(setup, tmp_path):
+    cluster, model, reference = setup
+    marker = tmp_path / "killed"
+    out = tmp_path / "logs"
+    with Client(cluster) as client:
+        # The 5th measurement: after the search (3) and a first re-timing were sent.
+        measure = DieOnce(model_timer(load_model(model)), str(marker), 5)
+        result = tune(model, f"{out}/", trials=3, cluster=client, measure=measure, progress=False)
+    assert marker.exists()  # a worker did die
+    calls = Path(f"{marker}.calls").read_text().splitlines()
+    # Each record measured once, plus the measurement the kill cut short: the records the
+    # dead worker had sent were kept, and its replacement resumed from them.
+    assert len(calls) == sum(reference[0].values()) + 1 and len(set(calls)) >= 2
+    log = out / host_cpu().name / "tiny.log"  # -o DIR/: DIR/<cpu>/MODEL.log
+    assert result.logs == {host_cpu().name: log}
+    assert_same_content(log, reference, model)  # its workload re-run elsewhere: nothing lost, nothing twice
+
+
+class Slow:
+    """The tuner's measure, 0.1 s slower: a run long enough to be killed midway."""
+
+    def __init__(self, timer):
+        self.timer = timer
+
+    def __call__(self, workload, config):
+        time.sleep(0.1)
+        return self.timer(workload, config)
+
+
+def test_a_killed_client_keeps_what_it_wrote_and_a_rerun_completes_the_log(setup, tmp_path):
+    cluster, model, reference = setup
+    log = tmp_path / "cluster.log"
+    script = ("from test_cluster import Slow; from graph_tuner.tune_api import tune; "
+              "from graph_tuner.loading import load_model; from graph_tuner.tuning import model_timer; "
+              f"tune({str(model)!r}, {str(log)!r}, trials=3, cluster={cluster.scheduler_address!r}, "
+              f"progress=False, measure=Slow(model_timer(load_model({str(model)!r}))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and \
+                (not log.exists() or len(log.read_text().splitlines()) < 6):
+            time.sleep(0.02)
+        assert proc.poll() is None  # killed midway, not after it finished or failed
+    finally:
+        proc.kill()
+        proc.wait()
+    written = sum(content(log)[0].values())
+    assert 6 <= written < sum(reference[0].values())
+    assert main(["tune", str(model), "-o", str(log), "--cluster", cluster.scheduler_address, *TRIALS]) == 0
+    assert_same_content(log, reference, model)
+
+
+def test_unreachable_scheduler_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cl, "CONNECT_TIMEOUT", 1.0)
+    model = write_tiny_onnx(tmp_path / "tiny.onnx")
+    log = tmp_path / "t.log"
+    assert main(["tune", str(model), "-o", str(log), "--cluster", "tcp://127.0.0.1:9", *TRIALS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graph-tuner: error: --cluster tcp://127.0.0.1:9: cannot reach the Dask scheduler")
+    assert len(err.splitlines()) == 1 and not log.exists()
+
+
+def test_a_cluster_without_measuring_workers_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(cl, "WORKER_TIMEOUT", 0.2)
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
+        with pytest.raises(cl.GraphTunerError, match="no worker declares the 'measure' resource"):
+            tune(write_tiny_onnx(tmp_path / "tiny.onnx"), tmp_path / "t.log", trials=1, cluster=client)
+
+
+def test_a_worker_with_a_bad_environment_is_named_in_one_line(tmp_path):
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"measure": 1},
+                      dashboard_address=":0", env={"GRAPH_TUNER_NUM_THREADS": "two"}) as cluster, \
+            Client(cluster) as client:
+        with pytest.raises(cl.GraphTunerError, match=r"^worker 127.0.0.1:\d+: GRAPH_TUNER_NUM_THREADS='two' is not"):
+            tune(write_tiny_onnx(tmp_path / "tiny.onnx"), tmp_path / "t.log", trials=1, cluster=client)
+    assert not (tmp_path / "t.log").exists()
+
+
+def test_one_log_per_cpu_or_the_first_workers_cpu_only():
+    workers = [cl.WorkerInfo("tcp://a:1", "a", "znver3", 2), cl.WorkerInfo("tcp://b:1", "b", "znver4", 2),
+               cl.WorkerInfo("tcp://c:1", "c", "znver3", 2)]
+    groups, note = cl.plan_groups(workers, "logs/", "resnet-18")
+    assert note is None
+    assert [(g.cpu, g.path, g.hosts) for g in groups] == [
+        ("znver3", Path("logs/znver3/resnet-18.log"), ["a", "c"]),
+        ("znver4", Path("logs/znver4/resnet-18.log"), ["b"])]
+    (group,), note = cl.plan_groups(workers, "r.log", "resnet-18")
+    assert (group.cpu, group.path, group.hosts) == ("znver3", Path("r.log"), ["a", "c"])
+    assert note.startswith("left out 1 worker whose CPU is not znver3") and "b:1 (znver4)" in note
+    assert cl.shared_hosts(workers) == [] and cl.shared_hosts(workers + workers[:1]) == ["a"]
