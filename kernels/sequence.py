@@ -9,8 +9,8 @@ order: the generated code is the schedule, computed once, and running the networ
 one foreign call.
 
 >>> import numpy as np
->>> from kernels.elementwise import build_channel_affine
->>> k = build_channel_affine((1, 2, 2, 2), 1, None)
+>>> from kernels.elementwise import build_elementwise
+>>> k = build_elementwise((1, 2, 2, 2), 1)
 >>> x, y = np.ones(k.input_shape, np.float32), np.empty(k.output_shape, np.float32)
 >>> z = np.empty_like(y)
 >>> two, zero = np.full(2, 2, np.float32), np.zeros(2, np.float32)
