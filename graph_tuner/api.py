@@ -21,7 +21,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
 from graph_tuner.loading import load_model
 from graph_tuner.model import Model
-from graph_tuner.plan import Plan
+from graph_tuner.plan import Plan, passthrough_plan
 from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import required_step_blocks, required_transforms, select, select_measuring
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
@@ -202,20 +202,8 @@ class GraphTuner:
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)
-        return Plan(
-            model=self.model.name,
-            target=self.target,
-            layers=[],
-            transforms=[],
-            joins={},
-            solver="passthrough",
-            optimal=True,
-            bound_ms=None,
-            solve_seconds=0.0,
-            notes=list(self.warnings)
-            + [f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"],
-            records=best,
-        )
+        return passthrough_plan(self.model.name, self.target, best, list(self.warnings) + [
+            f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"])
 
 
 def apply_records(
