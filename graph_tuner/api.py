@@ -21,7 +21,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
 from graph_tuner.loading import load_model
 from graph_tuner.model import Model
-from graph_tuner.plan import Plan
+from graph_tuner.plan import Plan, passthrough_plan
 from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import required_step_blocks, required_transforms, select, select_measuring
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
@@ -163,7 +163,7 @@ class GraphTuner:
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
                 f"default plan n/a: some layer has no record at AutoTVM's default layouts "
-                f"(blocks of at most {_simd_lanes()} channels, the SIMD width)"
+                f"(blocks of at most {cand.simd_lanes()} channels, the SIMD width)"
             )
         return plan
 
@@ -182,7 +182,7 @@ class GraphTuner:
 
     def _default_candidates(self, name: str, cs: list) -> list:
         """The layer's candidate at AutoTVM's default layouts (SIMD-width blocks)."""
-        config = cand.fallback_config(self.flow.workloads[name], _simd_lanes())
+        config = cand.fallback_config(self.flow.workloads[name], cand.simd_lanes())
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
@@ -202,20 +202,8 @@ class GraphTuner:
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)
-        return Plan(
-            model=self.model.name,
-            target=self.target,
-            layers=[],
-            transforms=[],
-            joins={},
-            solver="passthrough",
-            optimal=True,
-            bound_ms=None,
-            solve_seconds=0.0,
-            notes=list(self.warnings)
-            + [f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"],
-            records=best,
-        )
+        return passthrough_plan(self.model.name, self.target, best, list(self.warnings) + [
+            f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"])
 
 
 def apply_records(
@@ -266,7 +254,7 @@ def apply_records(
     costs.load_records(log.transforms)
     blocks = sorted({1} | {b for cs in chosen.values() for c in cs for b in (c.in_block, c.out_block)})
     # Joins may also pick the SIMD width's block, as TVM's AlterOpLayout would.
-    blocks = sorted(set(blocks) | {_simd_lanes()})
+    blocks = sorted(set(blocks) | {cand.simd_lanes()})
     needed = required_transforms(flow, chosen, blocks)
     costs.fill(needed, measure=measure, estimate=not measure, progress=progress)
     steps = None
@@ -291,10 +279,3 @@ def _foreign_cpu_warnings(log, records) -> list[str]:
     where = f"{records}" if isinstance(records, (str, os.PathLike)) else "the records"
     return [f"{where} were timed on {', '.join(cpus)}, not on this CPU ({host}): the plan is optimal "
             f"for that machine; for this one, tune here first (graph-tuner tune MODEL -o LOG)"]
-
-
-def _simd_lanes() -> int:
-    """Float lanes of the host's widest vector unit (16 with AVX-512, 8 with AVX2)."""
-    from kernels.jit import host_cpu
-
-    return host_cpu().lanes

@@ -35,8 +35,6 @@ from kernels.config_space import entity_config, fallback_config  # noqa: F401 (r
 from kernels.workload import Conv2DWorkload
 
 DEFAULT_TOP_K = 20
-# SIMD width of AutoTVM's fallback schedule: float32 lanes of AVX-512.
-FALLBACK_SIMD_WIDTH = 16
 # Assumed speed of a fallback (untuned) kernel, to give the solver a time for it. A
 # deliberately modest figure: tuned AVX-512 kernels on this class of CPU reach roughly
 # 50-100 GFLOP/s per core, the fallback schedule typically a fraction of that.
@@ -201,20 +199,32 @@ def layer_candidates(
     return out
 
 
-def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS, target: str = "llvm") -> Candidate:
-    """A candidate for an untuned layer: the fallback schedule, time = FLOPs / ``gflops``.
+def simd_lanes() -> int:
+    """The SIMD width of AutoTVM's fallback schedule (:func:`fallback_config`) wherever the
+    graph tuner uses it: a ``--fallback`` layer's candidate, the "default" baseline plan,
+    the tuner's first measurement (:func:`kernels.tuner.tune`). The host's float32 lanes:
+    16 with AVX-512, 8 with AVX2, as TVM's fallback on this machine."""
+    from kernels.jit import host_cpu
+
+    return host_cpu().lanes
+
+
+def fallback_candidate(workload: Conv2DWorkload, gflops: float = FALLBACK_GFLOPS, target: str = "llvm",
+                       lanes: int | None = None) -> Candidate:
+    """A candidate for an untuned layer: the fallback schedule at SIMD width ``lanes``
+    (default :func:`simd_lanes`), time = FLOPs / ``gflops``.
 
     It carries a synthesised record (so a plan can still write one record per layer),
     marked ``"graph_tuner": {"fallback": true}`` with the estimated time as its cost.
 
-    >>> c = fallback_candidate(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
+    >>> c = fallback_candidate(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)), lanes=16)
     >>> c.is_fallback, (c.in_block, c.out_block), round(c.time * 1e3, 2), c.record.raw["graph_tuner"]["fallback"]
     (True, (16, 16), 11.56, True)
     """
     from graph_tuner.records import make_conv2d_record, read_records
     from kernels.config_space import conv2d_space, depthwise_conv2d_space
 
-    config = fallback_config(workload, FALLBACK_SIMD_WIDTH)
+    config = fallback_config(workload, simd_lanes() if lanes is None else lanes)
     time = workload.flops / (gflops * 1e9)
     space = depthwise_conv2d_space(workload) if workload.is_depthwise else conv2d_space(workload)
     entity = space.config_entity(config)

@@ -89,7 +89,8 @@ class StepChoice:
 class Plan:
     """What runs: each conv layer's schedule, the block every op writes its output in
     (``blocks``; joins' own choice also in ``joins``), and every transform (the only ones
-    the executor inserts). Built by :func:`plan_from_choice` alone."""
+    the executor inserts). Built by :func:`plan_from_choice` alone (CUDA, with no layouts to
+    choose: :func:`passthrough_plan`)."""
 
     model: str
     target: str
@@ -259,3 +260,10 @@ def plan_from_choice(flow: LayoutFlow, convs: Mapping[str, Any], joins: Mapping[
     steps = [StepChoice(name, blocks[name], ms[blocks[name]]) for name, ms in (step_ms or {}).items()]
     return Plan(model=flow.model, layers=layers, transforms=transforms, joins=dict(joins), blocks=blocks,
                 steps=steps, **meta)
+
+
+def passthrough_plan(model: str, target: str, records: list, notes: list[str]) -> Plan:
+    """A plan that chooses no layouts: ``records`` (CUDA: the fastest per distinct workload)
+    written as they are, no layers, no transforms."""
+    return Plan(model=model, target=target, layers=[], transforms=[], joins={}, solver="passthrough",
+                optimal=True, bound_ms=None, solve_seconds=0.0, notes=list(notes), records=list(records))

@@ -15,6 +15,7 @@ from graph_tuner.candidates import (
     fallback_candidate,
     fallback_config,
     layer_candidates,
+    simd_lanes,
 )
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import make_conv2d_record, read_records
@@ -135,9 +136,29 @@ def test_fallback_candidate_is_flagged_with_a_warning():
     assert c.record.raw["graph_tuner"]["fallback"] is True
     assert entity_config(c.record.entity) == c.config
     assert conv2d_space(CONV).index(c.record.entity) == c.record.config_index
-    assert (c.in_block, c.out_block) == (16, 16)
+    lanes = fallback_config(CONV, simd_lanes())  # the host's SIMD width, as AutoTVM's fallback here
+    assert (c.in_block, c.out_block) == (lanes.ic_bn, lanes.oc_bn)
     assert c.time == pytest.approx(CONV.flops / 20e9)
     assert fallback_candidate(CONV, gflops=40).time == pytest.approx(c.time / 2)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_a_fallback_layer_and_the_default_baseline_share_one_simd_width(monkeypatch, lanes):
+    """Issue 21: the fallback block was the host's lanes for the default baseline but a fixed
+    16 for --fallback candidates; both now read candidates.simd_lanes."""
+    import graph_tuner.candidates as cand
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.builder import GraphBuilder
+
+    monkeypatch.setattr(cand, "simd_lanes", lambda: lanes)
+    b = GraphBuilder("one-conv")
+    model = b.build(b.conv(b.input((1, 32, 8, 8)), 32, 3, padding=1, name="c"))
+    gt = GraphTuner(model, [], fallback=True)
+    assert any("fallback" in w for w in gt.warnings)
+    (c,) = gt.all_candidates["c"]
+    assert c.is_fallback and (c.in_block, c.out_block) == (lanes, lanes)
+    assert fallback_candidate(model.workload(model.convs()[0])).config == c.config
+    assert gt._baseline_picks("default") == {"c": [c]}  # the default plan is this layer's fallback
 
 
 @pytest.mark.parametrize("w", [CONV, OTHER, DW, Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),

@@ -88,6 +88,24 @@ def test_packages_depend_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+# The stages a plan flows through before the executor (README, "Source layout"), and the
+# log and tuner modules: none may reach into graph_tuner/executor/ (issue 21, item 1: the
+# fusion rules they share with it live in graph_tuner/fusion.py).
+ABOVE_THE_EXECUTOR = ("graph_tuner.model", "graph_tuner.onnx_import", "graph_tuner.zoo", "graph_tuner.loading",
+                      "graph_tuner.fusion", "graph_tuner.layout_flow", "graph_tuner.candidates",
+                      "graph_tuner.transform_costs", "graph_tuner.selection", "graph_tuner.plan",
+                      "graph_tuner.records", "graph_tuner.record_checks", "graph_tuner.tuning")
+
+
+def test_nothing_above_the_executor_imports_it():
+    graph = import_graph(ROOT, PACKAGES)
+    above = [m for m in graph if any(m == s or m.startswith(s + ".") for s in ABOVE_THE_EXECUTOR)]
+    assert len(above) >= len(ABOVE_THE_EXECUTOR)  # every listed module exists
+    wrong = [f"{a} imports {b} (line {graph.edges[a, b]['line']})" for a in above for b in graph.successors(a)
+             if b == "graph_tuner.executor" or b.startswith("graph_tuner.executor.")]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_scan_finds_a_cycle_through_a_lazy_or_relative_import(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
