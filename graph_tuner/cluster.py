@@ -112,6 +112,7 @@ class ClusterResult:
     workers: list[WorkerInfo]
     wall_seconds: float
     probes_after: dict[str, float] = field(default_factory=dict)
+    left_out: str | None = None  # with one log: the line naming the workers of other CPUs, left out
 
     def overhead(self) -> float:
         """Time the cluster added, as a fraction of the measuring time: per job, from its
@@ -524,7 +525,7 @@ def tune_on_cluster(
         probes = client.run(probe_worker, workers=alive) if alive else {}
         summaries = {cpu: [s for _, s in sorted(by.items())] for cpu, by in run.summaries.items()}
         result = ClusterResult({g.cpu: g.path for g in groups}, summaries, run.reports, workers,
-                               time.perf_counter() - start, probes)
+                               time.perf_counter() - start, probes, note)
         for line in result.worker_lines():
             print_fn(line)
         return result

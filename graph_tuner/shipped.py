@@ -45,3 +45,24 @@ def shipped_log(model: str) -> Path | None:
 
     logs = shipped_logs(model)
     return logs.get(host_cpu().name) or next(iter(logs.values()), None)
+
+
+def folder_log(folder, model: str) -> Path:
+    """``solve --records DIR``: the log of ``model`` for this CPU in a folder laid out as
+    ``data/`` (what ``tune -o DIR/ --cluster`` writes), ``DIR/<cpu>/<model>.log`` (or
+    ``.log.gz``). No log for this CPU is a one-line error naming the CPUs the folder has:
+    another CPU's times would make another CPU's plan, so that takes an explicit path."""
+    from graph_tuner.errors import GraphTunerError
+    from kernels.jit import host_cpu
+
+    folder, cpu = Path(folder), host_cpu().name
+    for name in (f"{model}.log", f"{model}.log.gz"):
+        if (folder / cpu / name).is_file():
+            return folder / cpu / name
+    others = {p.parent.name: p for p in sorted([*folder.glob(f"*/{model}.log.gz"), *folder.glob(f"*/{model}.log")])}
+    if others:
+        example = next(iter(others.values()))
+        has = f"it has {model}'s logs of {', '.join(others)} (--records {example} uses another CPU's times)"
+    else:
+        has = f"it has no {model}.log for any CPU"
+    raise GraphTunerError(f"--records {folder}: no log of {model} for this CPU ({cpu}) in {folder}/{cpu}/; {has}")

@@ -401,7 +401,8 @@ def fallback_config(workload: Conv2DWorkload, lanes: int = 16) -> Conv2DConfig:
     """AutoTVM's x86 fallback schedule (``_fallback_schedule``) for SIMD width ``lanes``.
 
     ``oc_bn`` = largest divisor of OC <= lanes, ``ic_bn`` = largest divisor of IC <= oc_bn
-    (depthwise: ``ic_bn = oc_bn``). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
+    (depthwise: ``ic_bn = oc_bn``; other grouped convs: of the channels per group, as TVM's
+    ``group_conv2d`` fallback, since blocks must divide them). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
     dividing OH with ``ow_bn * oh_bn < 32`` (``oh_bn`` kept within the space's [1, 2]);
     others ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off. The graph tuner's
     "default" plan and the tuner's first measurement are this schedule.
@@ -410,9 +411,15 @@ def fallback_config(workload: Conv2DWorkload, lanes: int = 16) -> Conv2DConfig:
     Conv2DConfig(ic_bn=3, oc_bn=16, ow_bn=28, unroll_kw=False, oh_bn=1)
     >>> fallback_config(Conv2DWorkload((1, 128, 14, 14), (256, 128, 1, 1)))
     Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=14, unroll_kw=False, oh_bn=2)
+    >>> fallback_config(Conv2DWorkload((1, 128, 56, 56), (128, 4, 3, 3), padding=(1, 1, 1, 1), groups=32))
+    Conv2DConfig(ic_bn=4, oc_bn=4, ow_bn=28, unroll_kw=False, oh_bn=1)
     """
-    oc_bn = _largest_divisor(workload.out_channels, lanes)
-    ic_bn = oc_bn if workload.is_depthwise else _largest_divisor(workload.in_channels, oc_bn)
+    if workload.is_depthwise:
+        oc_bn = _largest_divisor(workload.out_channels, lanes)
+        ic_bn = oc_bn
+    else:  # groups = 1: the channels; grouped: the channels per group
+        oc_bn = _largest_divisor(workload.out_channels // workload.groups, lanes)
+        ic_bn = _largest_divisor(workload.kernel_shape[1], oc_bn)
     oh, ow = workload.out_height, workload.out_width
     if workload.is_1x1 and not workload.is_depthwise:
         for ow_bn in range(ow, 0, -1):

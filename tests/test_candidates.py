@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernels.config_space import conv2d_space, entity_config
+from kernels.conv2d import supported
 
 from graph_tuner.candidates import (
     best_per_workload,
@@ -162,13 +163,19 @@ def test_a_fallback_layer_and_the_default_baseline_share_one_simd_width(monkeypa
 
 
 @pytest.mark.parametrize("w", [CONV, OTHER, DW, Conv2DWorkload((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3, 3, 3, 3)),
-                               Conv2DWorkload((1, 30, 7, 7), (10, 30, 1, 1))])
+                               Conv2DWorkload((1, 30, 7, 7), (10, 30, 1, 1)),
+                               Conv2DWorkload((1, 32, 16, 16), (64, 8, 3, 3), padding=(1, 1, 1, 1), groups=4),
+                               Conv2DWorkload((1, 128, 56, 56), (128, 4, 3, 3), padding=(1, 1, 1, 1), groups=32),
+                               Conv2DWorkload((1, 64, 14, 14), (96, 16, 1, 1), groups=4)])
 def test_fallback_config_follows_autotvm_heuristic(w):
     cfg = fallback_config(w)
-    # brute force over the rules stated in the docstring
-    oc_bn = max(d for d in range(1, 17) if w.out_channels % d == 0)
+    # brute force over the rules stated in the docstring; a grouped (not depthwise) conv's
+    # blocks divide the channels per group (TVM's group_conv2d fallback), so it builds
+    per_group = 1 if w.is_depthwise else w.groups
+    oc_bn = max(d for d in range(1, 17) if (w.out_channels // per_group) % d == 0)
     assert cfg.oc_bn == oc_bn
-    assert cfg.ic_bn == max(d for d in range(1, oc_bn + 1) if w.in_channels % d == 0)
+    assert cfg.ic_bn == (oc_bn if w.is_depthwise else max(d for d in range(1, oc_bn + 1) if w.kernel_shape[1] % d == 0))
+    assert supported(w, cfg)
     if w.is_1x1:
         assert cfg.ow_bn * cfg.oh_bn < 32
         assert w.out_width % cfg.ow_bn == 0 and w.out_height % cfg.oh_bn == 0

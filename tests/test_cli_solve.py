@@ -89,6 +89,24 @@ def test_malformed_log_names_file_and_line(tmp_path):
     assert p.returncode == 2 and "bad.log:4" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_records_folder_takes_this_cpus_log(tmp_path, transform_log):
+    """``--records DIR``: DIR/<this cpu>/MODEL.log, the layout ``tune -o DIR/ --cluster`` writes."""
+    from kernels.jit import host_cpu
+
+    logs = tmp_path / "logs"
+    (logs / "othercpu").mkdir(parents=True)
+    (logs / "othercpu" / "resnet-18.log").write_text(X86.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "opt.log"
+    p = run("solve", "resnet-18", "--records", f"{logs}/", "--transform-records", transform_log, "-o", out)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and not out.exists()
+    assert f"no log of resnet-18 for this CPU ({host_cpu().name})" in p.stderr and "othercpu" in p.stderr
+    (logs / host_cpu().name).mkdir()
+    (logs / host_cpu().name / "resnet-18.log").write_text(X86.read_text(encoding="utf-8"), encoding="utf-8")
+    p = run("solve", "resnet-18", "--records", f"{logs}/", "--transform-records", transform_log, "-o", out)
+    assert p.returncode == 0, p.stderr
+    assert len(out.read_text().splitlines()) == 21
+
+
 def test_main_job_uses_the_shipped_log(tmp_path):
     """The README's main command: no --records, the shipped data/<cpu>/resnet-18.log."""
     env = {**__import__("os").environ, "GRAPH_TUNER_CACHE_DIR": str(tmp_path / "cache")}

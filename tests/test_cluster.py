@@ -91,6 +91,22 @@ def test_cluster_log_holds_what_a_local_run_logs_and_a_rerun_adds_nothing(setup,
     assert capsys.readouterr().out.count("0 new + 3 logged") == 2
 
 
+def test_one_log_leaves_out_the_workers_of_another_cpu_named_in_one_line(setup, tmp_path, monkeypatch):
+    """With ``-o LOG``, a worker whose CPU is not the first worker's gets no job: one line
+    names it (printed, and in the result for API callers), the log is the first CPU's."""
+    cluster, model, reference = setup
+    real = cl.measuring_workers
+    stranger = cl.WorkerInfo("tcp://10.9.9.9:1", "10.9.9.9", "othercpu", 2)
+    monkeypatch.setattr(cl, "measuring_workers", lambda client: [*real(client), stranger])
+    log, lines = tmp_path / "one.log", []
+    result = tune(model, log, trials=3, cluster=cluster.scheduler_address, progress=False, print_fn=lines.append)
+    note = f"left out 1 worker whose CPU is not {host_cpu().name} (the first worker's) for the one log {log}: " \
+           f"10.9.9.9:1 (othercpu); -o DIR/ writes one log per CPU"
+    assert result.left_out == note and lines[0] == note
+    assert result.logs == {host_cpu().name: log} and "10.9.9.9" not in {r.host for r in result.reports}
+    assert_same_content(log, reference, model)
+
+
 class DieOnce:
     """The tuner's measure, but the first worker process to reach its ``n``-th measurement
     is SIGKILLed there (no cleanup, as an OOM kill or a pulled plug), once per ``marker``.

@@ -249,3 +249,18 @@ def test_unsupported_op_or_form_is_a_one_line_error(tmp_path, node, inits, what)
     with pytest.raises(GraphTunerError, match=what) as e:
         load_onnx(path)
     assert "\n" not in str(e.value) and str(e.value).startswith("bad.onnx: ")
+
+
+@pytest.mark.parametrize("groups,blocks", [(4, (1, 2, 16)), (2, (1, 8, 16))])
+def test_grouped_conv(tmp_path, groups, blocks):
+    """Conv with 1 < groups < C (ResNeXt, RegNet): a conv of its own (not depthwise), its
+    blocks dividing the channels per group, fused epilogue included (bias, relu)."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal((C, C // groups, 3, 3)) / np.sqrt(9 * C / groups))
+                                .astype(np.float32), "gw")
+    b = numpy_helper.from_array(rng.standard_normal(C).astype(np.float32), "gb")
+    nodes = [helper.make_node("Conv", ["a", "gw", "gb"], ["g"], name="gconv", group=groups, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["g"], ["m"], name="relu")]
+    m = _run(tmp_path, _graph(nodes, [w, b]), blocks=blocks)
+    (conv,) = [op for op in m.ops if op.name == "gconv"]
+    assert conv.kind == "conv2d" and conv.attrs["groups"] == groups

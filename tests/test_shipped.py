@@ -1,9 +1,12 @@
 """The shipped logs: data/<cpu>/<model>.log, this CPU's first."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from graph_tuner import shipped
+from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import read_records, target_cpu
 from kernels.jit import host_cpu
 
@@ -38,3 +41,19 @@ def test_each_shipped_log_sits_in_the_folder_of_the_cpu_it_was_tuned_on():
     for cpu, path in logs:
         log = read_records(path)
         assert {target_cpu(r.target) for r in (*log.records, *log.transforms)} == {cpu}, path
+
+
+def test_a_folder_of_logs_gives_this_cpus(tmp_path):
+    """``solve --records DIR``: DIR/<this cpu>/MODEL.log, as ``tune -o DIR/ --cluster`` writes;
+    only another CPU's is a one-line error naming it."""
+    host = host_cpu().name
+    other = _ship(tmp_path, "aaa-" + host, "m")
+    with pytest.raises(GraphTunerError, match=rf"no log of m for this CPU \({host}\).*logs of aaa-{host} "
+                                              rf"\(--records {re.escape(str(other))} uses"):
+        shipped.folder_log(tmp_path, "m")
+    with pytest.raises(GraphTunerError, match="it has no n.log for any CPU"):
+        shipped.folder_log(tmp_path, "n")
+    mine = _ship(tmp_path, host, "m")
+    assert shipped.folder_log(f"{tmp_path}/", "m") == mine
+    (tmp_path / host / "g.log.gz").write_bytes(b"")
+    assert shipped.folder_log(tmp_path, "g") == tmp_path / host / "g.log.gz"

@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(x86: one per conv layer, in conv order; cuda: the best per distinct workload).",
     )
     p.add_argument("model", help="zoo name (see `graph-tuner models`) or an .onnx file")
-    p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log (default: for zoo models, the log shipped in data/ for this CPU, else another CPU's)")
+    p.add_argument("--records", metavar="LOG", help="AutoTVM tuning log, or a folder of one log per CPU "
+                   "(DIR/<cpu>/MODEL.log, as `tune -o DIR/ --cluster` writes): this CPU's (default: for zoo models, "
+                   "the log shipped in data/ for this CPU, else another CPU's)")
     p.add_argument("--target", default="llvm", help="'llvm ...' (x86, default) or 'cuda ...'")
     p.add_argument("-o", "--output", metavar="OUT", help="output log (default: MODEL.opt.log)")
     p.add_argument("--solver", choices=("auto", "dp", "ilp", "pbqp"), default="auto",
@@ -59,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if args.records and not Path(args.records).exists():
         raise GraphTunerError(f"{args.records}: no such file; pass the AutoTVM log written by tuning")
     stem = Path(args.model).stem if args.model.endswith(".onnx") else args.model
+    if args.records and Path(args.records).is_dir():  # one log per CPU: this CPU's
+        from graph_tuner.shipped import folder_log
+
+        records = folder_log(args.records, stem)
     out = Path(args.output or f"{stem}.opt.log")
     # Before anything runs: an output over an input would destroy hours of measurements.
     model_file = args.model if Path(args.model).is_file() else None
