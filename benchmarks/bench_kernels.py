@@ -14,18 +14,16 @@ row per distinct workload, with its layer count), and sums both sides over the l
 from __future__ import annotations
 
 import argparse
-import ctypes
 import functools
 import itertools
 import math
-import time
 
 import numpy as np
 
 from kernels import Conv2DConfig, Conv2DWorkload, build_conv2d, build_transform, measure, num_threads, random_array
 from kernels.config_space import divisors
-from kernels.jit import IRFunction, compile_ir, host_cpu
-from kernels.threads import parallel_entry_ir
+from kernels.jit import host_cpu
+from kernels.peak import fma_peak
 from kernels.tuner import max_accumulators
 
 P0, P1, P3 = (0, 0, 0, 0), (1, 1, 1, 1), (3, 3, 3, 3)
@@ -122,38 +120,6 @@ def time_torch(wl, min_repeat_ms):
     with torch.no_grad():
         return measure(lambda: torch.nn.functional.conv2d(x, w, stride=wl.strides, padding=(t, l)),
                        min_repeat_ms=min_repeat_ms, repeat=7, warmup=3)
-
-
-def fma_peak(threads: int) -> float:
-    """GFLOP/s of a tight loop of independent FMAs (as many accumulators as the register file
-    holds: 24 on AVX-512, 12 on AVX2, whose 16 registers spill 24), as 16 items per thread
-    (many items, as kernels have, so the pool's dynamic claiming shares them out)."""
-    lanes, iters = host_cpu().lanes, 500_000
-    accs = min(24, max_accumulators(lanes))
-    items = 16 * threads
-    v = f"<{lanes} x float>"
-    f = IRFunction("define internal void @body(ptr %args, i64 %item) nounwind")
-    buf = f.op("load ptr, ptr %args")
-    a, b = f.load(v, buf), f.load(v, f.gep(buf, str(lanes)))  # unknown values: nothing folds
-    slots = [f.slot(v, "zeroinitializer") for _ in range(accs)]
-    with f.loop(iters):
-        for s in slots:
-            f.store(v, f.op(f"call {v} @llvm.fma.v{lanes}f32({v} {a}, {v} {b}, {v} {f.load(v, s)})"), s)
-    total = f.load(v, slots[0])
-    for s in slots[1:]:
-        total = f.op(f"fadd {v} {total}, {f.load(v, s)}")
-    f.store(v, total, f.gep(buf, f.mul(f.add("%item", 2), lanes)))
-    f.emit("ret void")
-    ir = f.text() + f"declare {v} @llvm.fma.v{lanes}f32({v}, {v}, {v})\n" + parallel_entry_ir("peak", [("body", items)])
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(compile_ir(ir)["peak"])
-    data = np.full((items + 2) * lanes, 0.5, np.float32)
-    args = (ctypes.c_void_p * 1)(data.ctypes.data)
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn(ctypes.addressof(args), threads)
-        best = min(best, time.perf_counter() - t0)
-    return items * iters * accs * lanes * 2 / best / 1e9
 
 
 def sweep_items():

@@ -32,6 +32,32 @@ from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import OTHER_RUNTIMES, onnxruntime_runner, openvino_runner, pytorch_runner
 
 HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
+# The goal (issue 19): graph-tuned at least this much faster than every other runtime, or,
+# where that is faster than the cores allow, within ROOFLINE_SHARE of the FMA roofline.
+TARGET_SPEEDUP, ROOFLINE_SHARE = 1.10, 0.95
+
+
+def target(runtimes: dict, roofline_ms: float) -> dict:
+    """The graph-tuned time the goal asks for and whether the run met it: ``TARGET_SPEEDUP``
+    times faster than the fastest other runtime measured, unless that is beyond
+    ``ROOFLINE_SHARE`` of the roofline (the network's FLOPs at the FMA peak).
+
+    >>> t = target({"graph_tuned": {"median_ms": 9.0}, "openvino": {"median_ms": 10.0},
+    ...             "onnxruntime": {"median_ms": 12.0}}, roofline_ms=8.0)
+    >>> round(t["target_ms"], 3), t["bound_by"], t["met"]
+    (9.091, 'openvino', True)
+    >>> target({"graph_tuned": {"median_ms": 9.0}, "openvino": {"median_ms": 9.0}}, 8.8)["bound_by"]
+    'roofline'
+    """
+    others = {k: r["median_ms"] for k, r in runtimes.items() if r and k in OTHER_RUNTIMES}
+    rival = min(others, key=others.get) if others else None
+    want = others[rival] / TARGET_SPEEDUP if rival else 0.0  # no rival measured: the roofline alone
+    floor = roofline_ms / ROOFLINE_SHARE
+    bound_by = "roofline" if floor > want else rival
+    goal = max(want, floor)
+    ours = runtimes["graph_tuned"]["median_ms"]
+    return {"target_ms": goal, "bound_by": bound_by, "met": ours <= goal, "roofline_ms": roofline_ms,
+            "peak_share": roofline_ms / ours}
 
 
 def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[Path, str | None]:
@@ -57,8 +83,9 @@ def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[
 
 
 def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30, progress: bool = True,
-                print_fn: Callable[[str], object] = print) -> dict:
-    """One model's entry of the results file (see the module doc)."""
+                print_fn: Callable[[str], object] = print, peak_gflops: float | None = None) -> dict:
+    """One model's entry of the results file (see the module doc); with ``peak_gflops`` (the
+    machine's FMA peak on the bench's threads) also the roofline and the goal (:func:`target`)."""
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import compile_model
     from graph_tuner.loading import load_model
@@ -124,8 +151,14 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
                  + (f"  conv+transforms: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
                     f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms"
                     if k in programs else ""))
-    return {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes,
-            "host": host}
+    entry = {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes,
+             "host": host}
+    if peak_gflops and runtimes.get("graph_tuned"):
+        t = entry["target"] = target(runtimes, model.flops() / peak_gflops / 1e6)
+        print_fn(f"{name:<14} roofline {t['roofline_ms']:.3f} ms ({model.flops() / 1e9:.2f} GFLOP at "
+                 f"{peak_gflops:.0f} GFLOP/s): graph-tuned at {100 * t['peak_share']:.0f}% of the FMA peak; "
+                 f"goal {t['target_ms']:.3f} ms (bound by {t['bound_by']}): {'met' if t['met'] else 'missed'}")
+    return entry
 
 
 def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results", *, trials: int = 40,
@@ -134,6 +167,7 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     """Benchmark ``names``, write ``<out_dir>/<timestamp>.json`` and ``.png``; returns the path and results."""
     from graph_tuner.atomic import atomic_write_text
     from kernels.jit import host_cpu
+    from kernels.peak import fma_peak
     from kernels.threads import num_threads
 
     folder = Path(out_dir)
@@ -149,15 +183,17 @@ def bench_models(names: list[str], out_dir: str | os.PathLike = "bench-results",
     stamp = (now or _dt.datetime.now()).strftime("%Y-%m-%dT%H%M%S")
     path = folder / f"{stamp}.json"
     work = folder / "work"
+    peak = fma_peak(num_threads())
     results = {"date": stamp, "machine": {"cpu": host_cpu().name, "lanes": host_cpu().lanes,
-                                          "threads": num_threads(), "cores": os.cpu_count()},
+                                          "threads": num_threads(), "cores": os.cpu_count(),
+                                          "fma_peak_gflops": round(peak, 1)},
                "models": {}}
     # The baseline is read before measuring, so the user learns at once what it is.
     prev = previous_results(folder, exclude=path, machine=results["machine"])
     print_fn(f"baseline: {prev[0]}" if prev else f"no earlier results from this machine in {folder}")
     for name in names:
         results["models"][name] = bench_model(name, work_dir=work, trials=trials, repeat=repeat, progress=progress,
-                                              print_fn=print_fn)
+                                              print_fn=print_fn, peak_gflops=peak)
     regressions = find_regressions(results, prev[1]) if prev else []
     results["previous"] = str(prev[0]) if prev else None
     # Slower, but onnxruntime too (the host changed), or not our runtime: a note, not a regression.

@@ -88,6 +88,7 @@ def test_bench_models_writes_results_chart_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "bench_model", fake_bench_model)
     first, r1 = bench.bench_models(["resnet-18"], tmp_path, now=dt.datetime(2026, 1, 1, 12, 0, 0))
     assert first.name == "2026-01-01T120000.json" and r1["previous"] is None and r1["regressions"] == []
+    assert r1["machine"]["fma_peak_gflops"] > 0  # the roofline's rate, measured once per run
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the chart needs the [bench] extra; without it, a note says so
@@ -293,3 +294,15 @@ def test_a_damaged_results_file_is_no_baseline(damaged, tmp_path):
     path, data = bench_history.previous_results(tmp_path)
     assert path.name == "2026-01-01T000000.json"
     assert bench_history.find_regressions(_results(graph_tuned=2.0), data)  # and it still compares with the good one
+
+
+def test_the_goal_is_ten_percent_under_the_fastest_rival_unless_the_roofline_forbids_it():
+    runs = {"graph_tuned": {"median_ms": 10.0}, "history_best": {"median_ms": 5.0},  # our own plans: no rivals
+            "openvino": {"median_ms": 10.5}, "onnxruntime": {"median_ms": 12.0}, "pytorch": None}
+    t = bench.target(runs, roofline_ms=4.0)
+    assert t["bound_by"] == "openvino" and t["target_ms"] == pytest.approx(10.5 / 1.1) and not t["met"]
+    assert t["peak_share"] == pytest.approx(0.4)
+    t = bench.target(runs, roofline_ms=9.8)  # 10.5 / 1.1 is beyond 95% of the roofline
+    assert t["bound_by"] == "roofline" and t["target_ms"] == pytest.approx(9.8 / 0.95) and t["met"]
+    alone = bench.target({"graph_tuned": {"median_ms": 1.0}}, 1.0)  # no rival measured: the roofline's goal
+    assert alone["bound_by"] == "roofline" and alone["met"]
