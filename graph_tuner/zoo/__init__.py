@@ -30,6 +30,9 @@ _ZOO: dict[str, tuple[str, str, dict]] = {
     "inception-v3": ("inception", "inception_v3", {}),
     **{f"densenet-{n}": ("densenet", "densenet", {"num_layers": n}) for n in (121, 161, 169, 201)},
     "ssd-resnet-50": ("ssd", "ssd_resnet50", {}),
+    "resnext-50-32x4d": ("resnext", "resnext50_32x4d", {}),
+    "regnet-y-800mf": ("regnet", "regnet_y_800mf", {}),
+    "yolov5s": ("yolo", "yolov5s", {}),
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_ZOO)
 
