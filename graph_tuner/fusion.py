@@ -25,7 +25,8 @@ A compiled program runs *steps*, each covering one or more model ops:
 An activation is any op of :data:`CHAIN_ACTIVATIONS` (relu, clip / relu6, sigmoid, SiLU,
 hard sigmoid, hard swish, leaky relu), and :func:`activation_of` is the one rule for all
 three places it can run: a conv's epilogue (dense or depthwise), the second output
-below, or the end of a chain. The kernels share one implementation of each
+below, or the end of a chain (:data:`EPILOGUE_ACTIVATIONS` holds epilogues to fewer, only to
+measure what fusing them saves). The kernels share one implementation of each
 (:mod:`kernels.activations`), so whatever an elementwise pass runs, an epilogue runs too:
 EfficientNet-B0's SiLUs and MobileNet-v3's hard swishes after a conv cost no pass of
 their own.
@@ -69,6 +70,9 @@ CHAIN_ACTIVATIONS = {
     "leaky_relu": lambda a: ("leaky_relu", a["alpha"]),
 }
 UNARY_ELEMENTWISE = FOLDABLE | frozenset(CHAIN_ACTIVATIONS)
+# The activations (by name) a conv's epilogue may run; None: every one. Only for measuring
+# what fusing them saves (benchmarks/epilogue_ab.py sets {"relu", "relu6"}, the old rule).
+EPILOGUE_ACTIVATIONS: frozenset[str] | None = None
 BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
 
 
@@ -104,6 +108,14 @@ def activation_of(op: Op) -> str | tuple | None:
     return activation_key(make(op.attrs))
 
 
+def epilogue_activation(op: Op) -> str | tuple | None:
+    """:func:`activation_of` ``op`` where a conv's epilogue (or second output) may run it
+    (:data:`EPILOGUE_ACTIVATIONS`), else None."""
+    act = activation_of(op)
+    name = act if act is None or isinstance(act, str) else act[0]
+    return act if EPILOGUE_ACTIVATIONS is None or name in EPILOGUE_ACTIVATIONS else None
+
+
 def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
     """The op that is ``name``'s only reader (reading it once), if any and not a graph output."""
     if name in outputs:
@@ -124,8 +136,8 @@ def _conv_groups(model: Model, outputs: set[str]) -> list[Step]:
         while (nxt := _sole_reader(model, g.output, outputs)) is not None:
             if nxt.kind in FOLDABLE and g.activation is None:
                 g.ops.append(nxt.name)
-            elif activation_of(nxt) and g.activation is None:
-                g.activation = activation_of(nxt)
+            elif epilogue_activation(nxt) and g.activation is None:
+                g.activation = epilogue_activation(nxt)
                 g.ops.append(nxt.name)
             else:
                 break
@@ -231,8 +243,8 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         g.output = op.name
         owner[op.name] = g
         nxt = _sole_reader(model, op.name, outputs)
-        if nxt is not None and activation_of(nxt):
-            g.activation = activation_of(nxt)
+        if nxt is not None and epilogue_activation(nxt):
+            g.activation = epilogue_activation(nxt)
             g.ops.append(nxt.name)
             g.output = nxt.name
             owner[nxt.name] = g
@@ -276,9 +288,9 @@ def _is_depthwise(model: Model, g: Step) -> bool:
 
 def affine_chain(model: Model, s: Step) -> str | tuple | None:
     """``s``'s final activation (:func:`activation_of`'s; "" for none) if ``s`` is bn / bias
-    adds then at most one activation, else None."""
+    adds then at most one activation that an epilogue may run, else None."""
     kinds = [model.op(n) for n in s.ops]
-    act = activation_of(kinds[-1]) if kinds else None
+    act = epilogue_activation(kinds[-1]) if kinds else None
     body = kinds[:-1] if act else kinds
     if (not all(op.kind in FOLDABLE and op.attrs.get("axis", 1) == 1 for op in body) or (not body and not act)
             or len(kinds[0].shape) != 4):

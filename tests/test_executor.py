@@ -100,11 +100,15 @@ def test_every_activation_after_a_conv_runs_in_its_epilogue():
         assert [s.name for s in prog.steps if s.category != "transform"] == ["c1", "dw", "c3", "c4"]
 
 
-def test_conv_then_silu_is_one_step():
+def test_conv_then_silu_is_one_step(monkeypatch):
     b = GraphBuilder("silu")
     m = b.build(b.silu(b.conv(b.input((1, 8, 6, 6)), 16, 3, padding=1, name="c"), name="act"))
     steps = plan_steps(m)
     assert len(steps) == 1 and steps[0].ops == ["c", "act"] and not any(s.kind == "elementwise" for s in steps)
+    # The rule before (benchmarks/epilogue_ab.py's unfused build): the SiLU a pass of its own.
+    monkeypatch.setattr("graph_tuner.fusion.EPILOGUE_ACTIVATIONS", frozenset({"relu", "relu6"}))
+    assert [(s.kind, s.ops, s.fused) for s in plan_steps(m)] == [("conv", ["c"], False),
+                                                                ("elementwise", ["act"], False)]
 
 
 @pytest.mark.parametrize("block", [1, 8, 16])
