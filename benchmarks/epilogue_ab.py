@@ -59,6 +59,10 @@ def main() -> None:
         print(f"  {k:<8} median {np.median([t for rr in r for t in rr]) * 1e3:8.3f} ms")
     ratio, lo, hi = paired_ratio(rounds["unfused"], rounds["fused"])
     print(f"  unfused / fused: {ratio:.3f}x (90% interval {lo:.3f}-{hi:.3f})")
+    # Where the time goes: the convs' epilogues grow, the activation passes go.
+    for k, prog in (("fused", fused), ("unfused", unfused)):
+        by = prog.profile(repeat=args.rounds).by_category()
+        print(f"  {k:<8} per step, summed: " + ", ".join(f"{c} {ms:.2f} ms" for c, ms in sorted(by.items())))
 
 
 if __name__ == "__main__":
