@@ -9,21 +9,27 @@ A compiled program runs *steps*, each covering one or more model ops:
 
 * a **conv group**: a conv2d, the batch norms and bias adds that directly follow it
   (folded into its weights and bias: exact, since they are affine per output
-  channel and nothing sits between), then either an activation (relu / relu6), or a
-  residual ``add`` whose other operand is read in the conv's output layout, optionally
+  channel and nothing sits between), then either an activation, or a residual
+  ``add`` whose other operand is read in the conv's output layout, optionally
   followed by an activation: the kernel's epilogue computes ``act(conv + bias +
   residual)``. Every absorbed tensor must have the next op as its only reader and
   must not be a graph output.
 * an **elementwise chain**: an optional add/multiply, then batch norms and bias adds,
-  then at most one activation (:data:`CHAIN_ACTIVATIONS`), run as one blocked pass, the
-  generated kernel of :func:`kernels.elementwise.build_elementwise` (a batch norm
-  *before* a conv, as in TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be
-  folded into the conv exactly because of the conv's zero padding; it runs here as
-  scale-shift-relu). An activation ends a chain.
+  then at most one activation, run as one blocked pass, the generated kernel of
+  :func:`kernels.elementwise.build_elementwise` (a batch norm *before* a conv, as in
+  TVM's pre-activation ResNet ``bn -> relu -> conv``, cannot be folded into the conv
+  exactly because of the conv's zero padding; it runs here as scale-shift-relu). An
+  activation ends a chain.
 * any other op on its own.
 
-Only relu and relu6 run in a conv's epilogue (:func:`activation_of`); sigmoid, SiLU,
-hard sigmoid / swish and leaky relu after a conv run as their own elementwise step.
+An activation is any op of :data:`CHAIN_ACTIVATIONS` (relu, clip / relu6, sigmoid, SiLU,
+hard sigmoid, hard swish, leaky relu), and :func:`activation_of` is the one rule for all
+three places it can run: a conv's epilogue (dense or depthwise), the second output
+below, or the end of a chain (:data:`EPILOGUE_ACTIVATIONS` holds epilogues to fewer, only to
+measure what fusing them saves). The kernels share one implementation of each
+(:mod:`kernels.activations`), so whatever an elementwise pass runs, an epilogue runs too:
+EfficientNet-B0's SiLUs and MobileNet-v3's hard swishes after a conv cost no pass of
+their own.
 
 A chain of batch norms / bias adds with at most a final activation that reads a conv
 group's output (typically the next pre-activation unit's ``bn -> relu`` on a residual
@@ -49,10 +55,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph_tuner.model import Model, Op
+from kernels.activations import activation_key
 
 FOLDABLE = frozenset({"batch_norm", "bias_add"})
-# Op kind -> the elementwise kernel's activation (kernels.elementwise.ACTIVATIONS) it is, with its
-# parameters from the op's attrs.
+# Op kind -> the kernels' activation (kernels.activations.ACTIVATIONS) it is, with its
+# parameters from the op's attrs; see activation_of.
 CHAIN_ACTIVATIONS = {
     "relu": lambda a: ("relu",),
     "clip": lambda a: ("clip", a["min"], a["max"]),
@@ -63,6 +70,9 @@ CHAIN_ACTIVATIONS = {
     "leaky_relu": lambda a: ("leaky_relu", a["alpha"]),
 }
 UNARY_ELEMENTWISE = FOLDABLE | frozenset(CHAIN_ACTIVATIONS)
+# The activations (by name) a conv's epilogue may run; None: every one. Only for measuring
+# what fusing them saves (benchmarks/epilogue_ab.py sets {"relu", "relu6"}, the old rule).
+EPILOGUE_ACTIVATIONS: frozenset[str] | None = None
 BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
 
 
@@ -74,33 +84,36 @@ class Step:
     ops: list[str]  # model ops covered, in dataflow order (the first is the head)
     output: str  # tensor written (the last op's name)
     inputs: list[str] = field(default_factory=list)  # tensors read (conv: data; residual last)
-    activation: str | None = None  # conv groups: "relu" / "relu6"
+    activation: str | tuple | None = None  # conv groups: activation_of's, run in the epilogue
     residual: str | None = None  # conv groups: tensor added in the epilogue
     affine: "Step | None" = None  # conv groups: an elementwise chain the epilogue writes too
     fused: bool = False  # elementwise chains written by a conv's epilogue (run nothing)
 
 
-def activation_of(op: Op) -> str | None:
-    """``relu`` / ``relu6`` if the kernels' epilogue can run ``op``, else None.
+def activation_of(op: Op) -> str | tuple | None:
+    """The kernels' activation ``op`` is (a name, or ``(name, *params)`` for one with
+    parameters: :func:`kernels.activations.activation_key`), or None if it is none.
+    Conv epilogues and elementwise chains run the same ones.
 
     >>> activation_of(Op("r", "clip", ["x"], {"min": 0.0, "max": 6.0}))
     'relu6'
-    """
-    if op.kind == "relu":
-        return "relu"
-    if op.kind == "clip" and op.attrs.get("min") == 0 and op.attrs.get("max") == 6:
-        return "relu6"
-    return None
-
-
-def chain_activation(op: Op) -> tuple | None:
-    """The elementwise kernel's activation ``(name, *params)`` that ``op`` is, or None.
-
-    >>> chain_activation(Op("a", "leaky_relu", ["x"], {"alpha": 0.1}))
-    ('leaky_relu', 0.1)
+    >>> activation_of(Op("a", "leaky_relu", ["x"], {"alpha": 0.1})), activation_of(Op("s", "silu", ["x"]))
+    (('leaky_relu', 0.1), 'silu')
     """
     make = CHAIN_ACTIVATIONS.get(op.kind)
-    return make(op.attrs) if make else None
+    if make is None:
+        return None
+    if op.kind == "clip" and op.attrs.get("min") == 0 and op.attrs.get("max") == 6:
+        return "relu6"
+    return activation_key(make(op.attrs))
+
+
+def epilogue_activation(op: Op) -> str | tuple | None:
+    """:func:`activation_of` ``op`` where a conv's epilogue (or second output) may run it
+    (:data:`EPILOGUE_ACTIVATIONS`), else None."""
+    act = activation_of(op)
+    name = act if act is None or isinstance(act, str) else act[0]
+    return act if EPILOGUE_ACTIVATIONS is None or name in EPILOGUE_ACTIVATIONS else None
 
 
 def _sole_reader(model: Model, name: str, outputs: set[str]) -> Op | None:
@@ -123,8 +136,8 @@ def _conv_groups(model: Model, outputs: set[str]) -> list[Step]:
         while (nxt := _sole_reader(model, g.output, outputs)) is not None:
             if nxt.kind in FOLDABLE and g.activation is None:
                 g.ops.append(nxt.name)
-            elif activation_of(nxt) and g.activation is None:
-                g.activation = activation_of(nxt)
+            elif epilogue_activation(nxt) and g.activation is None:
+                g.activation = epilogue_activation(nxt)
                 g.ops.append(nxt.name)
             else:
                 break
@@ -230,8 +243,8 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         g.output = op.name
         owner[op.name] = g
         nxt = _sole_reader(model, op.name, outputs)
-        if nxt is not None and activation_of(nxt):
-            g.activation = activation_of(nxt)
+        if nxt is not None and epilogue_activation(nxt):
+            g.activation = epilogue_activation(nxt)
             g.ops.append(nxt.name)
             g.output = nxt.name
             owner[nxt.name] = g
@@ -245,7 +258,7 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         prev = owner.get(src) if src is not None else None
         if (op.kind in UNARY_ELEMENTWISE and prev is not None and prev.kind == "elementwise"
                 and prev.output == src and _sole_reader(model, src, outputs) is op
-                and chain_activation(model.op(src)) is None):
+                and activation_of(model.op(src)) is None):
             prev.ops.append(op.name)
             prev.output = op.name
             owner[op.name] = prev
@@ -273,11 +286,11 @@ def _is_depthwise(model: Model, g: Step) -> bool:
     return w.is_depthwise and w.out_channels == w.in_channels
 
 
-def affine_chain(model: Model, s: Step) -> str | None:
-    """``s``'s final activation ("" for none) if ``s`` is bn / bias adds then at most one
-    activation, else None."""
+def affine_chain(model: Model, s: Step) -> str | tuple | None:
+    """``s``'s final activation (:func:`activation_of`'s; "" for none) if ``s`` is bn / bias
+    adds then at most one activation that an epilogue may run, else None."""
     kinds = [model.op(n) for n in s.ops]
-    act = activation_of(kinds[-1]) if kinds else None
+    act = epilogue_activation(kinds[-1]) if kinds else None
     body = kinds[:-1] if act else kinds
     if (not all(op.kind in FOLDABLE and op.attrs.get("axis", 1) == 1 for op in body) or (not body and not act)
             or len(kinds[0].shape) != 4):

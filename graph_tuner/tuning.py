@@ -515,7 +515,8 @@ def model_timer(model):
 
 def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
     """The fused epilogue to time each distinct workload with: the one most of its layers
-    run (:func:`graph_tuner.fusion.conv_epilogues`; ties: the first layer's).
+    run (:func:`graph_tuner.fusion.conv_epilogues`; ties: the first layer's), activations
+    with their parameters (a SiLU's exp is part of its conv's time, as in the network).
     A record is per workload, so layers of one workload share its time."""
     from collections import Counter
 

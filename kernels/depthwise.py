@@ -6,7 +6,8 @@ weights (the dense template) each output vector is an elementwise FMA of an inpu
 vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``; a row is
 cut into tiles of ``ow_bn`` columns x ``bn`` channels of accumulators; ``kh`` is a
 loop and ``kw`` is unrolled when ``unroll_kw``. Padding via the same zero-bordered
-scratch copy as :mod:`kernels.conv2d`; same fused epilogue.
+scratch copy as :mod:`kernels.conv2d`; same fused epilogue (bias, residual, any activation
+of :data:`kernels.activations.ACTIVATIONS`).
 The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is packed
 ``[C/bn, 1, KH, KW, 1, bn]`` (:func:`kernels.packing.pack_depthwise_weight`).
 
@@ -24,8 +25,9 @@ import functools
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.ir import (ACTIVATIONS, BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, epilogue, maybe_loop,
-                        pad_copy_ir, vector_chunks, vty)
+from kernels.activations import activation_key, activation_spec, epilogue
+from kernels.ir import (BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, pad_copy_ir,
+                        vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -39,8 +41,7 @@ def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) 
     C = workload.in_channels
     if not (workload.is_depthwise and workload.out_channels == C):
         raise ValueError(f"not a depthwise conv with channel multiplier 1: {workload}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    activation_spec(activation)  # raises if unknown
     if config.ic_bn != config.oc_bn or C % config.oc_bn:
         raise ValueError(f"depthwise needs ic_bn == oc_bn dividing {C} channels, got {config.ic_bn}, {config.oc_bn}")
     if config.ow_bn < 1:
@@ -48,7 +49,7 @@ def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) 
 
 
 def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
-                 activation: str | None = None, name: str = "depthwise", lanes: int | None = None) -> str:
+                 activation: str | tuple | None = None, name: str = "depthwise", lanes: int | None = None) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args as in :mod:`kernels.conv2d`)."""
     check_depthwise(workload, config, activation)
     lanes = lanes or host_cpu().lanes
@@ -133,11 +134,11 @@ class DepthwiseKernel(Kernel):
     """A compiled NCHWc depthwise conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
 
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
-                 activation: str | None):
+                 activation: str | tuple | None):
         N, C, H, W = workload.data_shape
         _, _, KH, KW = workload.kernel_shape
         bn = config.oc_bn
-        self.workload, self.config, self.activation = workload, config, activation
+        self.workload, self.config, self.activation = workload, config, activation_key(activation)
         self.input_shape = (N, C // bn, H, W, bn)
         self.weight_shape = (C // bn, 1, KH, KW, 1, bn)
         self.output_shape = (N, C // bn, workload.out_height, workload.out_width, bn)
@@ -152,6 +153,6 @@ class DepthwiseKernel(Kernel):
 
 @functools.lru_cache(maxsize=None)
 def build_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
-                    activation: str | None = None) -> DepthwiseKernel:
+                    activation: str | tuple | None = None) -> DepthwiseKernel:
     """Generate, compile and cache a depthwise kernel (see the module doc)."""
     return DepthwiseKernel(workload, config, bias, residual, activation)

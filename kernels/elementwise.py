@@ -9,17 +9,14 @@
 * the per-channel scale-shift (``affine``): an inference batch norm or bias add that
   cannot be folded into a conv, e.g. the ``bn -> relu`` in front of each conv of a
   pre-activation ResNet;
-* ``act``: :data:`ACTIVATIONS`, given as a name or a tuple ``(name, *params)``.
+* ``act``: :data:`kernels.activations.ACTIVATIONS`, given as a name or a tuple
+  ``(name, *params)``: the same IR as a conv epilogue's (:mod:`kernels.activations`).
 
 Work items are rows ``(n, c chunk, h)`` spread over the threads. In a blocked layout a
 row holds ``W x b`` values, each ``b``-channel group one vector operation per vector of
 at most ``lanes`` channels, with the chunk's scale and shift loaded once per row; in plain
 NCHW a row is ``W`` values of one channel, taken ``lanes`` at a time. numpy needs a pass
 over memory per operation.
-
-The sigmoid is ``1 / (1 + e)`` or ``e / (1 + e)`` with ``e = exp(-|x|)`` (no overflow
-either way), ``exp`` a Cephes-style polynomial in vector registers (``llvm.exp.*``
-becomes one scalar ``expf`` call per lane on x86): within 2 float32 ulp of numpy's.
 
 >>> import numpy as np
 >>> from kernels.packing import to_blocked, from_blocked
@@ -35,10 +32,8 @@ True
 from __future__ import annotations
 
 import functools
-import struct
 
-import numpy as np
-
+from kernels.activations import ACTIVATIONS, VectorMath, activation_spec
 from kernels.ir import IntrinsicSet, arg_ptr, decompose, splat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
@@ -46,122 +41,7 @@ from kernels.threads import parallel_entry_ir
 
 __all__ = ["ACTIVATIONS", "ElementwiseKernel", "activation_spec", "build_elementwise", "elementwise_ir"]
 
-# Activation name -> its parameters (numbers given after the name).
-ACTIVATIONS: dict[str, tuple[str, ...]] = {
-    "relu": (), "relu6": (), "sigmoid": (), "silu": (), "hard_swish": (),
-    "hard_sigmoid": ("alpha", "beta"), "leaky_relu": ("alpha",), "clip": ("min", "max"),
-}
 BINARY = (None, "add", "mul")
-
-
-def activation_spec(activation) -> tuple | None:
-    """``None``, a name or ``(name, *params)`` -> ``(name, *float params)``, checked.
-
-    >>> activation_spec("relu"), activation_spec(("leaky_relu", 0.1))
-    (('relu',), ('leaky_relu', 0.1))
-    """
-    if activation is None:
-        return None
-    spec = (activation,) if isinstance(activation, str) else tuple(activation)
-    if not spec or spec[0] not in ACTIVATIONS or len(spec) - 1 != len(ACTIVATIONS[spec[0]]):
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} with its parameters "
-                         f"{ACTIVATIONS.get(spec[0] if spec else '', '')}, got {activation!r}")
-    return (spec[0], *(float(p) for p in spec[1:]))
-
-
-def fconst(value: float) -> str:
-    """An LLVM ``float`` literal of ``value`` rounded to float32 (hex: decimal literals must be exact).
-
-    >>> fconst(0.5), fconst(1 / 6)
-    ('0x3FE0000000000000', '0x3FC5555560000000')
-    """
-    return "0x" + struct.pack(">d", float(np.float32(value))).hex().upper()
-
-
-def fsplat(value: float, w: int) -> str:
-    return "<" + ", ".join([f"float {fconst(value)}"] * w) + ">"
-
-
-class _Math:
-    """Vector math on ``<w x float>`` values: the activations, exp and the sigmoid."""
-
-    # exp(x) = 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 split in two for exactness)
-    LN2_HI, LN2_LO, LOG2E = 0.693359375, -2.12194440e-4, 1.44269504088896341
-    EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                5.0000001201e-1)
-    EXP_MIN = -87.33654  # below: e^x is subnormal in float32; taken as 0
-
-    def __init__(self, f: IRFunction):
-        self.f, self.intr, self.decls = f, IntrinsicSet(), set()
-
-    def fma(self, w: int, a: str, b: str, c: str) -> str:
-        return self.intr.call(self.f, "fma", w, a, b, c)
-
-    def binop(self, op: str, w: int, a: str, b: str) -> str:
-        return self.f.op(f"{op} {vty(w)} {a}, {b}")
-
-    def exp_nonpositive(self, w: int, x: str) -> str:
-        """``exp(x)`` for ``x <= 0``."""
-        f = self.f
-        self.decls.add(f"declare {vty(w)} @llvm.floor.v{w}f32({vty(w)})")
-        xc = self.intr.call(f, "maxnum", w, x, fsplat(self.EXP_MIN, w))
-        n = f.op(f"call {vty(w)} @llvm.floor.v{w}f32({vty(w)} "
-                 f"{self.fma(w, xc, fsplat(self.LOG2E, w), fsplat(0.5, w))})")
-        r = self.fma(w, n, fsplat(-self.LN2_HI, w), xc)
-        r = self.fma(w, n, fsplat(-self.LN2_LO, w), r)
-        p = fsplat(self.EXP_POLY[0], w)
-        for c in self.EXP_POLY[1:]:
-            p = self.fma(w, p, r, fsplat(c, w))
-        p = self.fma(w, p, self.binop("fmul", w, r, r), self.binop("fadd", w, r, fsplat(1.0, w)))
-        ni = f.op(f"fptosi {vty(w)} {n} to <{w} x i32>")
-        bits = f.op(f"shl <{w} x i32> {f.op(f'add <{w} x i32> {ni}, {_isplat(127, w)}')}, {_isplat(23, w)}")
-        e = self.binop("fmul", w, p, f.op(f"bitcast <{w} x i32> {bits} to {vty(w)}"))
-        tiny = f.op(f"fcmp olt {vty(w)} {x}, {fsplat(self.EXP_MIN, w)}")
-        return f.op(f"select <{w} x i1> {tiny}, {vty(w)} zeroinitializer, {vty(w)} {e}")
-
-    def sigmoid(self, w: int, x: str) -> str:
-        f = self.f
-        neg_abs = self.intr.call(f, "minnum", w, x, f.op(f"fneg {vty(w)} {x}"))
-        e = self.exp_nonpositive(w, neg_abs)
-        inv = self.binop("fdiv", w, fsplat(1.0, w), self.binop("fadd", w, e, fsplat(1.0, w)))
-        positive = f.op(f"fcmp oge {vty(w)} {x}, zeroinitializer")
-        return f.op(f"select <{w} x i1> {positive}, {vty(w)} {inv}, {vty(w)} {self.binop('fmul', w, e, inv)}")
-
-    def clip(self, w: int, v: str, lo: float | None, hi: float | None) -> str:
-        if lo is not None and lo != -np.inf:
-            v = self.intr.call(self.f, "maxnum", w, v, fsplat(lo, w))
-        if hi is not None and hi != np.inf:
-            v = self.intr.call(self.f, "minnum", w, v, fsplat(hi, w))
-        return v
-
-    def activation(self, w: int, v: str, spec: tuple) -> str:
-        kind, *p = spec
-        if kind == "relu":
-            return self.clip(w, v, 0.0, None)
-        if kind == "relu6":
-            return self.clip(w, v, 0.0, 6.0)
-        if kind == "clip":
-            return self.clip(w, v, p[0], p[1])
-        if kind == "sigmoid":
-            return self.sigmoid(w, v)
-        if kind == "silu":
-            return self.binop("fmul", w, v, self.sigmoid(w, v))
-        if kind == "hard_sigmoid":
-            return self.clip(w, self.fma(w, v, fsplat(p[0], w), fsplat(p[1], w)), 0.0, 1.0)
-        if kind == "hard_swish":  # ONNX: x * hard_sigmoid(x) with alpha 1/6, beta 0.5
-            return self.binop("fmul", w, v, self.clip(w, self.fma(w, v, fsplat(1 / 6, w), fsplat(0.5, w)), 0.0, 1.0))
-        if kind == "leaky_relu":
-            neg = self.f.op(f"fcmp olt {vty(w)} {v}, zeroinitializer")
-            return self.f.op(f"select <{w} x i1> {neg}, {vty(w)} {self.binop('fmul', w, v, fsplat(p[0], w))}, "
-                             f"{vty(w)} {v}")
-        raise ValueError(f"unknown activation {kind!r}")
-
-    def declarations(self) -> str:
-        return self.intr.declarations() + "".join(d + "\n" for d in sorted(self.decls))
-
-
-def _isplat(value: int, w: int) -> str:
-    return "<" + ", ".join([f"i32 {value}"] * w) + ">"
 
 
 def elementwise_ir(shape_nchw, block: int | None, activation=None, *, binary: str | None = None,
@@ -178,7 +58,8 @@ def elementwise_ir(shape_nchw, block: int | None, activation=None, *, binary: st
     CB = C // b
     lanes = lanes or host_cpu().lanes
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
-    m = _Math(f)
+    intr = IntrinsicSet()
+    m = VectorMath(f, intr)
     x, s, t, out = (arg_ptr(f, i) for i in range(4))
     y = arg_ptr(f, 4) if binary else None
     n, cb, _ = decompose(f, "%item", [N, CB, H])
@@ -227,7 +108,7 @@ def elementwise_ir(shape_nchw, block: int | None, activation=None, *, binary: st
             else:
                 compute(f.add(row, off), w, k)
     f.emit("ret void")
-    return f.text() + m.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * H)])
+    return f.text() + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * H)])
 
 
 class ElementwiseKernel(Kernel):
@@ -248,6 +129,6 @@ class ElementwiseKernel(Kernel):
 def build_elementwise(shape_nchw: tuple[int, int, int, int], block: int | None, activation=None, *,
                       binary: str | None = None, y_channel: bool = False, affine: bool = True) -> ElementwiseKernel:
     """Generate, compile and cache the elementwise kernel (see the module doc); ``activation``
-    is a name or a ``(name, *params)`` tuple of :data:`ACTIVATIONS`."""
+    is a name or a ``(name, *params)`` tuple of :data:`kernels.activations.ACTIVATIONS`."""
     return ElementwiseKernel(tuple(int(v) for v in shape_nchw), block or None, activation_spec(activation),
                              binary, bool(y_channel), bool(affine))

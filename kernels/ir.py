@@ -1,5 +1,6 @@
-"""Shared pieces of the kernels' LLVM IR: vector types and intrinsics, argument and index
-arithmetic, the fused epilogue, the padded-input copy.
+"""Shared pieces of the kernels' LLVM IR: vector types, intrinsics and float constants,
+argument and index arithmetic, the padded-input copy. The activations and the conv
+epilogue that applies them are :mod:`kernels.activations`.
 
 Every kernel module (:mod:`kernels.conv2d`, :mod:`kernels.depthwise`, :mod:`kernels.pooling`,
 :mod:`kernels.elementwise`, :mod:`kernels.softmax`, :mod:`kernels.layout_transform`) builds
@@ -13,14 +14,16 @@ its functions with :class:`kernels.jit.IRFunction` and these helpers.
 """
 from __future__ import annotations
 
+import struct
 from contextlib import contextmanager
+
+import numpy as np
 
 from kernels.jit import IRFunction
 
-__all__ = ["ACTIVATIONS", "BASE_ARGS", "MEMCPY_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat",
-           "decompose", "epilogue", "maybe_loop", "pad_copy_ir", "splat", "vector_chunks", "vty"]
+__all__ = ["BASE_ARGS", "MEMCPY_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat", "decompose",
+           "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "vector_chunks", "vty"]
 
-ACTIVATIONS = (None, "relu", "relu6")
 # The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
 BASE_ARGS = ("data", "weight", "out", "bias", "residual")
 
@@ -42,7 +45,9 @@ def vty(w: int) -> str:
 
 
 class IntrinsicSet:
-    """The ``declare`` lines for the vector intrinsics a module uses."""
+    """The ``declare`` lines for the vector intrinsics a module uses (``llvm.<name>.v<w>f32``)."""
+
+    ARITY = {"fma": 3, "floor": 1}  # operands of each intrinsic; the others used take 2 (maxnum, minnum)
 
     def __init__(self):
         self.names: set[tuple[str, int]] = set()
@@ -55,7 +60,7 @@ class IntrinsicSet:
     def declarations(self) -> str:
         out = []
         for name, w in sorted(self.names):
-            n = 3 if name == "fma" else 2
+            n = self.ARITY.get(name, 2)
             out.append(f"declare {vty(w)} @llvm.{name}.v{w}f32({', '.join([vty(w)] * n)})")
         return "\n".join(out) + "\n"
 
@@ -67,6 +72,25 @@ def splat(f: IRFunction, scalar: str, w: int) -> str:
 
 def const_splat(value: float, w: int) -> str:
     return "<" + ", ".join(f"float {float(value):e}" for _ in range(w)) + ">"
+
+
+def fconst(value: float) -> str:
+    """An LLVM ``float`` literal of ``value`` rounded to float32 (hex: decimal literals must be exact).
+
+    >>> fconst(0.5), fconst(1 / 6)
+    ('0x3FE0000000000000', '0x3FC5555560000000')
+    """
+    return "0x" + struct.pack(">d", float(np.float32(value))).hex().upper()
+
+
+def fsplat(value: float, w: int) -> str:
+    """A ``<w x float>`` constant of ``value`` (rounded to float32) in every lane."""
+    return "<" + ", ".join([f"float {fconst(value)}"] * w) + ">"
+
+
+def isplat(value: int, w: int) -> str:
+    """A ``<w x i32>`` constant of ``value`` in every lane."""
+    return "<" + ", ".join([f"i32 {value}"] * w) + ">"
 
 
 def arg_ptr(f: IRFunction, index: int) -> str:
@@ -93,18 +117,6 @@ def maybe_loop(f: IRFunction, count: int):
     else:
         with f.loop(count) as i:
             yield i
-
-
-def epilogue(f: IRFunction, intr: IntrinsicSet, value: str, w: int, residual_ptr: str | None,
-             activation: str | None) -> str:
-    """residual add then activation, on one ``<w x float>`` vector."""
-    if residual_ptr is not None:
-        value = f.op(f"fadd {vty(w)} {value}, {f.load(vty(w), residual_ptr)}")
-    if activation in ("relu", "relu6"):
-        value = intr.call(f, "maxnum", w, value, "zeroinitializer")
-    if activation == "relu6":
-        value = intr.call(f, "minnum", w, value, const_splat(6.0, w))
-    return value
 
 
 def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int],

@@ -11,14 +11,42 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.activations import activation_spec
+
+
+def activate(x: np.ndarray, activation) -> np.ndarray:
+    """An activation of :data:`kernels.activations.ACTIVATIONS` (a name or ``(name, *params)``,
+    None for none) in float64.
+
+    >>> activate(np.array([-2.0, 0.0, 8.0]), ("leaky_relu", 0.5)).tolist(), activate(np.zeros(1), "silu").tolist()
+    ([-1.0, 0.0, 8.0], [0.0])
+    """
+    x = np.asarray(x, np.float64)
+    spec = activation_spec(activation)
+    kind, *p = spec or (None,)
+    if kind in ("sigmoid", "silu"):
+        with np.errstate(over="ignore"):  # exp(1e4) = inf: sigmoid 0, as it should be
+            sigmoid = 1 / (1 + np.exp(-x))
+        return sigmoid if kind == "sigmoid" else x * sigmoid
+    if kind in ("relu", "relu6", "clip"):
+        lo, hi = p if kind == "clip" else (0.0, 6.0 if kind == "relu6" else np.inf)
+        return np.clip(x, lo, hi)
+    if kind in ("hard_sigmoid", "hard_swish"):
+        alpha, beta = p if kind == "hard_sigmoid" else (1 / 6, 0.5)
+        gate = np.clip(alpha * x + beta, 0, 1)
+        return gate if kind == "hard_sigmoid" else x * gate
+    if kind == "leaky_relu":
+        return np.where(x < 0, p[0] * x, x)
+    return x
+
 
 def conv2d_nchw(data: np.ndarray, weight: np.ndarray, *, strides=(1, 1), padding=(0, 0, 0, 0),
                 dilation=(1, 1), groups: int = 1, bias: np.ndarray | None = None,
-                residual: np.ndarray | None = None, activation: str | None = None) -> np.ndarray:
+                residual: np.ndarray | None = None, activation=None) -> np.ndarray:
     """Direct conv2d in float64: NCHW data, OIHW weight (I = C/groups), padding [t, l, b, r].
 
     Sums over (kh, kw) of strided-window tensor contractions; then + bias (per
-    output channel), + residual (NCHW), then ``activation`` "relu" or "relu6".
+    output channel), + residual (NCHW), then ``activation`` (see :func:`activate`).
     """
     x = np.asarray(data, np.float64)
     w = np.asarray(weight, np.float64)
@@ -42,10 +70,4 @@ def conv2d_nchw(data: np.ndarray, weight: np.ndarray, *, strides=(1, 1), padding
         out += np.asarray(bias, np.float64).reshape(1, o, 1, 1)
     if residual is not None:
         out += residual
-    if activation == "relu":
-        out = np.maximum(out, 0)
-    elif activation == "relu6":
-        out = np.clip(out, 0, 6)
-    elif activation is not None:
-        raise ValueError(f"unknown activation {activation!r}")
-    return out
+    return activate(out, activation)

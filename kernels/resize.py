@@ -21,8 +21,7 @@ from __future__ import annotations
 import functools
 import math
 
-from kernels.ir import arg_ptr, decompose, splat, vector_chunks, vty
-from kernels.elementwise import fconst
+from kernels.ir import arg_ptr, decompose, fconst, splat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
 from kernels.threads import parallel_entry_ir

@@ -68,6 +68,49 @@ def test_fusion_decisions_on_a_residual_block():
     assert steps["down"].ops == ["down", "down_bn"]
 
 
+def _activations_after_convs():
+    """Every kind of activation right after a conv: dense, depthwise, with parameters."""
+    b = GraphBuilder("acts")
+    x = b.input((1, 8, 6, 6))
+    y = b.silu(b.batch_norm(b.conv(x, 16, 1, name="c1"), name="bn1"), name="silu")
+    y = b.hard_swish(b.conv(y, 16, 3, padding=1, groups=16, name="dw"), name="hswish")  # depthwise
+    y = b.sigmoid(b.leaky_relu(b.conv(y, 16, 3, padding=1, name="c3"), 0.2, name="leaky"), name="sig")
+    return b.build(b.hard_sigmoid(b.conv(y, 8, 1, name="c4"), 0.2, 0.6, name="hsig"))
+
+
+def test_every_activation_after_a_conv_runs_in_its_epilogue():
+    """conv -> silu (and hard swish, leaky relu, hard sigmoid) is one step, and the sigmoid after
+    the leaky relu is that conv's second output: no elementwise pass remains. The tuner times
+    each kernel with its activations, and the program matches the reference in plain and blocked."""
+    from graph_tuner.tuning import workload_epilogues
+
+    m = _activations_after_convs()
+    steps = plan_steps(m)
+    assert [(s.kind, s.ops) for s in steps] == [("conv", ["c1", "bn1", "silu"]), ("conv", ["dw", "hswish"]),
+                                                 ("conv", ["c3", "leaky"]), ("elementwise", ["sig"]),
+                                                 ("conv", ["c4", "hsig"])]
+    assert [s.activation for s in steps if s.kind == "conv"] == ["silu", "hard_swish", ("leaky_relu", 0.2),
+                                                                 ("hard_sigmoid", 0.2, 0.6)]
+    assert steps[2].affine is steps[3] and steps[3].fused
+    epilogues = workload_epilogues(m)  # the log's times are the network's
+    assert epilogues[m.workload(m.op("c1"))]["activation"] == "silu"
+    assert epilogues[m.workload(m.op("c3"))]["affine_activation"] == "sigmoid"
+    for block in (1, 8):
+        prog = _check(m, uniform_plan(m, block), names=["silu", "hswish", "leaky"])
+        assert [s.name for s in prog.steps if s.category != "transform"] == ["c1", "dw", "c3", "c4"]
+
+
+def test_conv_then_silu_is_one_step(monkeypatch):
+    b = GraphBuilder("silu")
+    m = b.build(b.silu(b.conv(b.input((1, 8, 6, 6)), 16, 3, padding=1, name="c"), name="act"))
+    steps = plan_steps(m)
+    assert len(steps) == 1 and steps[0].ops == ["c", "act"] and not any(s.kind == "elementwise" for s in steps)
+    # The rule before (benchmarks/epilogue_ab.py's unfused build): the SiLU a pass of its own.
+    monkeypatch.setattr("graph_tuner.fusion.EPILOGUE_ACTIVATIONS", frozenset({"relu", "relu6"}))
+    assert [(s.kind, s.ops, s.fused) for s in plan_steps(m)] == [("conv", ["c"], False),
+                                                                ("elementwise", ["act"], False)]
+
+
 @pytest.mark.parametrize("block", [1, 8, 16])
 def test_residual_block_matches_reference(block):
     m = _resnet_block()

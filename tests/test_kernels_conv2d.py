@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight
 from kernels.packing import from_blocked, to_blocked, unpack_weight
-from kernels.reference import conv2d_nchw
+from kernels.activations import ACTIVATIONS
+from kernels.reference import activate, conv2d_nchw
 
 
 def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None):
@@ -253,6 +254,38 @@ def test_affine_second_output(act2):
     np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-3)
     with pytest.raises(ValueError, match="affine_activation"):
         conv2d_ir(wl, cfg, affine_out=True, affine_activation="gelu")
+
+
+# Every activation of kernels.activations, with parameters where it takes them.
+EVERY_ACTIVATION = ["relu", "relu6", ("clip", -1.0, 2.0), "sigmoid", "silu", "hard_swish", ("hard_sigmoid", 0.2, 0.5),
+                    ("leaky_relu", 0.1)]
+
+
+def test_every_activation_is_tested():
+    assert {a if isinstance(a, str) else a[0] for a in EVERY_ACTIVATION} == set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("act", EVERY_ACTIVATION, ids=str)
+@pytest.mark.parametrize("ic_bn,oc_bn", [(1, 1), (4, 8)], ids=["plain", "blocked"])
+def test_every_activation_in_both_outputs_of_the_epilogue(act, ic_bn, oc_bn):
+    """``out = act(conv + bias + residual)`` and ``out2 = act(out * scale2 + shift2)``, in plain
+    NCHW and in blocked layouts: the elementwise pass's activations, run in the tile store."""
+    rng = np.random.default_rng(7)
+    wl = Conv2DWorkload((1, 8, 5, 6), (16, 8, 3, 3), padding=P1)
+    k = build_conv2d(wl, Conv2DConfig(ic_bn, oc_bn, 4, True), bias=True, residual=True, activation=act,
+                     affine_out=True, affine_activation=act)
+    x, w = rng.standard_normal(wl.data_shape, dtype=np.float32), rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    b, res = rng.standard_normal(16, dtype=np.float32), rng.standard_normal(wl.out_shape, dtype=np.float32)
+    scale, shift = rng.uniform(0.5, 2, 16).astype(np.float32), rng.standard_normal(16, dtype=np.float32) * 3
+    out, out2 = np.full(k.output_shape, np.nan, np.float32), np.full(k.output_shape, np.nan, np.float32)
+    k(to_blocked(x, ic_bn), pack_weight(w, ic_bn, oc_bn), out, bias=b, residual=to_blocked(res, oc_bn), out2=out2,
+      scale2=scale, shift2=shift)
+    pre = conv2d_nchw(x, w, padding=wl.padding, bias=b, residual=res)  # sums of 72 products: |pre| up to ~30
+    y = activate(pre, act)
+    assert not np.allclose(y, pre, atol=0.1)  # the activation changes these values: the check can fail
+    y2 = activate(y * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1), act)
+    np.testing.assert_allclose(from_blocked(out), y, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("budget,groups,oh_bn,rows", [(64, 1, 1, 2), (128, 1, 2, 3), (32, 2, 1, 5), (64, 1, 2, 7)])

@@ -7,7 +7,7 @@ from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.conv2d import build_conv2d
 from kernels.depthwise import DepthwiseKernel, build_depthwise
 from kernels.packing import from_blocked, pack_depthwise_weight, to_blocked
-from kernels.reference import conv2d_nchw
+from kernels.reference import activate, conv2d_nchw
 
 
 def check(wl, cfg, *, bias=False, residual=False, activation=None, seed=0):
@@ -21,9 +21,11 @@ def check(wl, cfg, *, bias=False, residual=False, activation=None, seed=0):
     out = np.full(k.output_shape, np.nan, np.float32)
     k(to_blocked(x, cfg.oc_bn), pack_depthwise_weight(w, cfg.oc_bn), out, bias=b,
       residual=None if res is None else to_blocked(res, cfg.oc_bn))
-    expected = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=c,
-                           bias=b, residual=res, activation=activation)
+    pre = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=c,
+                      bias=b, residual=res)
+    expected = activate(pre, activation)
     np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
+    return pre, expected
 
 
 @pytest.mark.parametrize("wl,cfg", [
@@ -44,6 +46,16 @@ def test_depthwise_epilogue_and_dispatch():
     assert isinstance(build_conv2d(wl, Conv2DConfig(8, 8, 3, True)), DepthwiseKernel)
     with pytest.raises(ValueError, match="ic_bn == oc_bn"):
         build_depthwise(wl, Conv2DConfig(4, 8, 3))
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6", ("clip", -1.0, 2.0), "sigmoid", "silu", "hard_swish",
+                                 ("hard_sigmoid", 0.2, 0.5), ("leaky_relu", 0.1)], ids=str)
+@pytest.mark.parametrize("bn", [1, 8], ids=["plain", "blocked"])
+def test_every_activation_in_the_epilogue(act, bn):
+    """Each activation of kernels.activations after the bias and residual add, plain and blocked."""
+    wl = Conv2DWorkload((1, 16, 5, 6), (16, 1, 3, 3), padding=(1, 1, 1, 1), groups=16)
+    pre, want = check(wl, Conv2DConfig(bn, bn, 4, True), bias=True, residual=True, activation=act, seed=4)
+    assert not np.allclose(want, pre, atol=0.1)  # the activation changes these values: the check can fail
 
 
 @settings(max_examples=6, deadline=None)

@@ -78,12 +78,13 @@ def test_unary_activations(tmp_path, op_type, attrs, kind):
     m = _run(tmp_path, _graph(_unary(op_type, **attrs)))
     assert m.op("op").kind == kind
     step = next(s for s in plan_steps(m) if "op" in s.ops)
-    assert step.kind == "elementwise" and step.ops == ["op"]  # not fused into c0's epilogue (this slice)
+    assert step.kind == "conv" and step.ops == ["c0", "op"]  # run in c0's epilogue, its parameters too
 
 
 def test_hard_swish_opset_14(tmp_path):
     m = _run(tmp_path, _graph(_unary("HardSwish"), opset=14))
     assert m.op("op").kind == "hard_swish"
+    assert [s.ops for s in plan_steps(m)][0] == ["c0", "op"]  # in c0's epilogue
 
 
 def test_silu_as_sigmoid_times_x_becomes_one_op(tmp_path):
@@ -91,6 +92,7 @@ def test_silu_as_sigmoid_times_x_becomes_one_op(tmp_path):
               helper.make_node("Mul", ["s", "a"], ["m"], name="silu")]  # either operand order
     m = _run(tmp_path, _graph(middle))
     assert m.op("silu").kind == "silu" and m.op("silu").inputs == ["c0"] and "sig" not in m.graph
+    assert [s.ops for s in plan_steps(m)][0] == ["c0", "silu"]  # in c0's epilogue
 
 
 def test_hard_swish_as_hard_sigmoid_times_x(tmp_path):
@@ -107,6 +109,9 @@ def test_sigmoid_read_twice_stays_a_sigmoid_and_a_multiply(tmp_path):
               helper.make_node("Add", ["m", "s"], ["m2"], name="add")]
     m = _run(tmp_path, _graph(middle, out_shapes=[("m2", C)]))
     assert m.op("sig").kind == "sigmoid" and m.op("mul").kind == "multiply"
+    # c0's output is read twice: the sigmoid is its epilogue's second output (not a pass of its own)
+    c0 = next(s for s in plan_steps(m) if s.kind == "conv" and s.ops[0] == "c0")
+    assert c0.ops == ["c0"] and c0.affine.ops == ["sig"] and c0.affine.fused
 
 
 def _se_middle(rng):

@@ -33,11 +33,12 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
 from graph_tuner.executor.memory import Views, allocate, plan_views
-from graph_tuner.fusion import BINARY_ELEMENTWISE, Step, chain_activation, plan_steps, step_epilogue
+from graph_tuner.fusion import BINARY_ELEMENTWISE, Step, activation_of, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
 from graph_tuner.model import Model
 from graph_tuner.plan import Plan
+from kernels.activations import activation_spec
 
 __all__ = ["compile_model", "plan_from_configs", "uniform_plan"]
 
@@ -308,7 +309,7 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
     binary = head.kind if head.kind in BINARY_ELEMENTWISE else None
     inputs = [read(head.name, i, block) for i in (head.inputs if binary else head.inputs[:1])]
     body = [model.op(n) for n in (s.ops[1:] if binary else s.ops)]
-    act = chain_activation(body[-1]) if body else None
+    act = activation_of(body[-1]) if body else None
     affines = body[:-1] if act else body
     shape = model.op(s.output).shape
     shapes = [model.op(i).shape for i in (head.inputs if binary else head.inputs[:1])]
@@ -334,7 +335,7 @@ def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray
                            y=inputs[1].reshape(kernel.arg_shapes["y"]) if binary else None)
     program: list[tuple] = [(binary,)] if binary else []
     program += [("affine", *op_affine(op, params.get(op.name, {}))) for op in affines]
-    return blocked.make_elementwise(program + ([act] if act else []), inputs, out)
+    return blocked.make_elementwise(program + ([activation_spec(act)] if act else []), inputs, out)
 
 
 def uniform_plan(model: Model, block: int) -> Plan:

@@ -28,7 +28,7 @@ def op_affine(op: Op, q: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]
 
 
 def fold_affine(model: Model, s: Step, params: dict[str, dict[str, np.ndarray]]
-                ) -> tuple[np.ndarray, np.ndarray, str | None]:
+                ) -> tuple[np.ndarray, np.ndarray, str | tuple | None]:
     """An affine chain (see :func:`graph_tuner.fusion.plan_steps`) as per-channel ``(scale, shift, activation)``:
     ``act(x * scale + shift)``.
 

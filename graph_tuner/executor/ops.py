@@ -41,7 +41,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return (0.5 * (1 + np.tanh(0.5 * x))).astype(np.float32)
 
 
-# The other activations of kernels.elementwise, for the rare chain it cannot run (allocating).
+# The other activations of kernels.activations, for the rare chain it cannot run (allocating).
 _ACTIVATIONS = {
     "sigmoid": _sigmoid,
     "silu": lambda x: x * _sigmoid(x),
@@ -55,8 +55,8 @@ def make_elementwise(program: list[tuple], inputs: list[np.ndarray], out: np.nda
     """Run a chain of elementwise ops into ``out``, starting from ``inputs``.
 
     ``program`` items: ``("add",)`` / ``("multiply",)`` (first item only, two inputs),
-    ``("affine", scale, shift)`` per channel, ``("relu",)``, ``("clip", lo, hi)``, the other
-    activations of :data:`kernels.elementwise.ACTIVATIONS` (``("leaky_relu", alpha)``, ...).
+    ``("affine", scale, shift)`` per channel, ``("relu",)``, ``("relu6",)``, ``("clip", lo, hi)``, the other
+    activations of :data:`kernels.activations.ACTIVATIONS` (``("leaky_relu", alpha)``, ...).
     """
     calls: list[Fn] = []
     src = inputs[0]
@@ -72,8 +72,8 @@ def make_elementwise(program: list[tuple], inputs: list[np.ndarray], out: np.nda
             calls.append(lambda shift=shift: np.add(out, shift, out=out))
         elif kind == "relu":
             calls.append(lambda s=src: np.maximum(s, np.float32(0), out=out))
-        elif kind == "clip":
-            lo, hi = np.float32(args[0]), np.float32(args[1])
+        elif kind in ("clip", "relu6"):
+            lo, hi = (np.float32(v) for v in (args if kind == "clip" else (0, 6)))
             calls.append(lambda s=src, lo=lo, hi=hi: np.clip(s, lo, hi, out=out))
         elif kind in _ACTIVATIONS:
             calls.append(lambda s=src, f=_ACTIVATIONS[kind], args=args: np.copyto(out, f(s, *args)))
