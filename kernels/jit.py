@@ -137,6 +137,15 @@ def _load_pool_runtime() -> None:
         _pool_runtime = (engine, shutdown)
 
 
+def set_pool_banded(on: bool) -> None:
+    """Let the pool's threads claim items by per-thread bands (the default) or, off, from one
+    shared cursor (the pool before bands), for side-by-side benchmarks
+    (``benchmarks/pool_ab.py``); takes effect from the next job."""
+    _load_pool_runtime()
+    flag = _pool_runtime[0].get_global_value_address("gt_banded")
+    ctypes.c_int32.from_address(flag).value = 1 if on else 0
+
+
 class CompiledModule:
     """A JIT-compiled module; ``module[name]`` is a function's raw address (an int)."""
 

@@ -1,15 +1,27 @@
 """LLVM IR of the thread pool's runtime (see :mod:`kernels.threads`): ``@gt_parallel`` and ``@gt_worker``.
 
 One job at a time is described by globals; the 64-bit ``@gt_state`` word holds the
-job's epoch (high 32 bits, odd while the master rewrites the job) and the next
-unclaimed item (low 32 bits). Threads claim chunks of items with a compare-and-swap
-that also checks the epoch, so a worker that wakes up late can never take an item of
-another job; the master waits only for items that were claimed (``@gt_done`` counts
-the finished ones), never for a worker that has not turned up. Idle workers spin on
+job's epoch (high 32 bits, odd while the master rewrites the job). The items are split
+into one band per thread (seat 0: the caller; pool workers take seats 1, 2, ... as they
+join), each with its own cursor word (epoch | next item). A thread claims chunks of its
+own band first, then of the others' (a late or descheduled thread's band is done by the
+rest), with a compare-and-swap that also checks the epoch, so a worker that wakes up
+late can never take an item of another job; the master waits only for items that were
+claimed (``@gt_done`` counts the finished ones), never for a worker that has not turned up.
+
+Why bands: kernels number their items channel-chunk or row major alike, so the thread
+that wrote part of a tensor in one step mostly reads the same part in the next, from its
+own L2. One shared cursor (dealing chunks to whichever thread asks first) made a
+consumer's reads land in the other core's cache about half the time. Measured end to end
+(``benchmarks/pool_ab.py``, same program both ways, Zen 4, 2 threads, the plans of its own
+logs): one cursor took 1.018x the banded time on MobileNet-v2, 1.023x on DenseNet-121, 1.027x
+on Inception-v3, ResNet-18/50 within noise (0.99-1.01x); with other plans (Zen 5's logs)
+DenseNet-121 went the other way, 0.978x (benchmarks/README.md). Idle workers spin on
 ``@gt_state`` for a while, then sleep on a futex (``@gt_wake``).
 """
 from __future__ import annotations
 
+MAX_SEATS = 1024  # threads a job can have (kernels.threads.MAX_THREADS)
 SPIN = 32000  # pause instructions (~0.5 ms here) an idle worker spins before it sleeps
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX, SYS_SCHED_YIELD = 128, 129, 202, 24  # x86-64 Linux
 
@@ -27,34 +39,55 @@ RUNTIME_IR = f"""
 @gt_sleepers = global i32 0, align 64
 @gt_stop = global i32 0, align 64
 @gt_lock = global i32 0, align 64
+@gt_nbands = global i64 0, align 64
+@gt_banded = global i32 1, align 64  ; 0: one band, every thread claims from one cursor (A/B benchmarks)
+; One cursor per seat (64 bytes apart: no false sharing), epoch | next item of its band.
+@gt_bands = global [{MAX_SEATS} x [8 x i64]] zeroinitializer, align 64
 
 declare void @llvm.x86.sse2.pause()
 declare i64 @syscall(i64, ...)
 
-; Claim [start, end) of job `epoch`; start = -1 when the job has nothing left (or is gone).
-define internal {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk) nounwind {{
+; Claim [start, end) of job `epoch` for the thread in `seat`: a chunk of its own band of the
+; items (band k: [k * total / nbands, (k + 1) * total / nbands)), else of the next band with
+; items left; start = -1 when the job has nothing left (or is gone).
+define internal {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk, i64 %seat, i64 %nbands) nounwind {{
 entry:
+  br label %band
+band:
+  %k = phi i64 [0, %entry], [%k1, %next]
+  %more = icmp slt i64 %k, %nbands
+  br i1 %more, label %pick, label %none
+pick:
+  %sk = add i64 %seat, %k
+  %b = urem i64 %sk, %nbands
+  %b1 = add i64 %b, 1
+  %bt = mul i64 %b1, %total
+  %bend = udiv i64 %bt, %nbands
+  %cursor = getelementptr [{MAX_SEATS} x [8 x i64]], ptr @gt_bands, i64 0, i64 %b, i64 0
   br label %try
 try:
-  %s = load atomic i64, ptr @gt_state seq_cst, align 8
+  %s = load atomic i64, ptr %cursor seq_cst, align 8
   %e = lshr i64 %s, 32
   %i = and i64 %s, 4294967295
   %same = icmp eq i64 %e, %epoch
-  %left = icmp slt i64 %i, %total
+  %left = icmp slt i64 %i, %bend
   %ok = and i1 %same, %left
-  br i1 %ok, label %cas, label %none
+  br i1 %ok, label %cas, label %next
 cas:
   %want = add i64 %s, %chunk
-  %r = cmpxchg ptr @gt_state, i64 %s, i64 %want seq_cst seq_cst, align 8
+  %r = cmpxchg ptr %cursor, i64 %s, i64 %want seq_cst seq_cst, align 8
   %won = extractvalue {{i64, i1}} %r, 1
   br i1 %won, label %got, label %try
 got:
   %e0 = add i64 %i, %chunk
-  %lt = icmp slt i64 %e0, %total
-  %end = select i1 %lt, i64 %e0, i64 %total
+  %lt = icmp slt i64 %e0, %bend
+  %end = select i1 %lt, i64 %e0, i64 %bend
   %a = insertvalue {{i64, i64}} undef, i64 %i, 0
-  %b = insertvalue {{i64, i64}} %a, i64 %end, 1
-  ret {{i64, i64}} %b
+  %c = insertvalue {{i64, i64}} %a, i64 %end, 1
+  ret {{i64, i64}} %c
+next:
+  %k1 = add i64 %k, 1
+  br label %band
 none:
   ret {{i64, i64}} {{i64 -1, i64 0}}
 }}
@@ -73,9 +106,10 @@ next_aware:
 
 ; Run claimed chunks of job `epoch` until none is left. A next-aware body learns the item
 ; its thread runs next: the last item of a chunk waits for the next claim.
-define internal void @gt_work(i64 %epoch, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead) nounwind {{
+define internal void @gt_work(i64 %epoch, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead, i64 %seat,
+                             i64 %nbands) nounwind {{
 entry:
-  %c0 = call {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk)
+  %c0 = call {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk, i64 %seat, i64 %nbands)
   br label %chunk_head
 chunk_head:
   %c = phi {{i64, i64}} [%c0, %entry], [%cn, %chunk_done]
@@ -95,7 +129,7 @@ item:
   call void @gt_call(ptr %body, ptr %args, i32 %ahead, i64 %i, i64 %inext)
   br label %items
 last:
-  %cn = call {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk)
+  %cn = call {{i64, i64}} @gt_claim(i64 %epoch, i64 %total, i64 %chunk, i64 %seat, i64 %nbands)
   %ns = extractvalue {{i64, i64}} %cn, 0
   call void @gt_call(ptr %body, ptr %args, i32 %ahead, i64 %lastitem, i64 %ns)
   %n = sub i64 %end, %start
@@ -160,6 +194,23 @@ open:
   %epoch0 = add i64 %ebase, 4
   %epoch = and i64 %epoch0, 4294967295  ; wraps after 2^30 jobs
   %open_s = shl i64 %epoch, 32
+  %banded = load atomic i32, ptr @gt_banded seq_cst, align 4
+  %one = icmp eq i32 %banded, 0
+  %nt64 = sext i32 %nthreads to i64
+  %nb = select i1 %one, i64 1, i64 %nt64
+  store atomic i64 %nb, ptr @gt_nbands seq_cst, align 8
+  br label %bands
+bands:
+  %k = phi i64 [0, %open], [%k1, %bands]
+  %kt = mul i64 %k, %total
+  %kstart = udiv i64 %kt, %nb
+  %kword = or i64 %open_s, %kstart
+  %kcursor = getelementptr [{MAX_SEATS} x [8 x i64]], ptr @gt_bands, i64 0, i64 %k, i64 0
+  store atomic i64 %kword, ptr %kcursor seq_cst, align 8
+  %k1 = add i64 %k, 1
+  %kmore = icmp slt i64 %k1, %nb
+  br i1 %kmore, label %bands, label %publish
+publish:
   store atomic i64 %open_s, ptr @gt_state seq_cst, align 8
   %sl = load atomic i32, ptr @gt_sleepers seq_cst, align 4
   %anyone = icmp sgt i32 %sl, 0
@@ -169,7 +220,7 @@ wake:
   %wr = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr @gt_wake, i64 {FUTEX_WAKE_PRIVATE}, i64 2147483647)
   br label %work
 work:
-  call void @gt_work(i64 %epoch, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead)
+  call void @gt_work(i64 %epoch, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead, i64 0, i64 %nb)
   br label %wait
 wait:
   %waited = phi i32 [0, %work], [%waited1, %pause], [0, %yield]
@@ -216,6 +267,7 @@ read:
   %chunk = load atomic i64, ptr @gt_chunk seq_cst, align 8
   %ahead = load atomic i32, ptr @gt_ahead seq_cst, align 4
   %seats = load atomic i32, ptr @gt_seats seq_cst, align 4
+  %nbands = load atomic i64, ptr @gt_nbands seq_cst, align 8
   %s2 = load atomic i64, ptr @gt_state seq_cst, align 8
   %e2 = lshr i64 %s2, 32
   %stable = icmp eq i64 %e2, %e
@@ -225,7 +277,9 @@ seat:
   %room = icmp slt i32 %j, %seats
   br i1 %room, label %job, label %skip
 job:
-  call void @gt_work(i64 %e, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead)
+  %j1 = add i32 %j, 1
+  %myseat = sext i32 %j1 to i64
+  call void @gt_work(i64 %e, ptr %body, ptr %args, i64 %total, i64 %chunk, i32 %ahead, i64 %myseat, i64 %nbands)
   br label %top
 skip:
   br label %top
