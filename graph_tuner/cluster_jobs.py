@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.host_state import OtherLoad
 from graph_tuner.tuning import WorkloadSummary, measurement_record
 
 
@@ -158,9 +159,10 @@ def run_conv_job(job: ConvJob) -> JobReport:
         stream.send({"line": format_record(measurement_record(job.workload, m, job.target)), "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": m.confirmation})
 
+    load = OtherLoad().start()
     tune(job.workload, trials=job.trials, time_budget=job.time_budget, measure=measure, measured=measured,
          callback=on_measure, confirm=job.confirm, retimed=dict(retimed))
-    summary.wall_seconds = time.perf_counter() - t0
+    summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
     return _report(stream, started, t0, summary=summary)
 
 

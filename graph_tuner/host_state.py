@@ -17,7 +17,9 @@ True
 """
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from typing import Callable
 
 
@@ -53,3 +55,49 @@ def describe(host: dict) -> str:
     if not rounds:
         return "not measured"
     return f"one-thread conv {speed(host):.0f} GFLOP/s (rounds {min(rounds):.0f}-{max(rounds):.0f})"
+
+
+# Other processes' share of the cores above which a workload's times are suspect: a test run
+# on the other core of this 2-core host logged Inception-v3's 80x73x73 3x3 conv at 12.9 ms,
+# 6.0 re-timed alone (benchmarks/README.md, session 12), and the start/end probes read calm.
+CONTENTION_WARN = 0.10
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds every process has used (``/proc/stat``'s busy jiffies); None off Linux."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class OtherLoad:
+    """How much of the cores other processes used between ``start()`` and ``share()``: the
+    machine's busy CPU time less this process's (all its threads), over wall time x cores.
+    A timing taken while it is high is not this machine's calm speed.
+
+    >>> meter = OtherLoad().start()
+    >>> 0.0 <= (meter.share() or 0.0) <= 1.0
+    True
+    """
+
+    def start(self) -> "OtherLoad":
+        self._busy, self._own, self._wall = _busy_seconds(), _own_seconds(), time.perf_counter()
+        return self
+
+    def share(self) -> float | None:
+        busy = _busy_seconds()
+        if busy is None or self._busy is None:
+            return None
+        wall = time.perf_counter() - self._wall
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        others = (busy - self._busy) - (_own_seconds() - self._own)
+        return min(1.0, max(0.0, others / (wall * cores))) if wall > 0 else 0.0
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system

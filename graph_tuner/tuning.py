@@ -50,6 +50,7 @@ from typing import Callable, Iterable, Sequence
 from graph_tuner.candidates import describe
 from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
 from graph_tuner.records import (conv_input_key, conv_record_lines, format_record, log_problem, logged_records,
                                  make_conv2d_record, make_transform_record, read_records, torn_tail,
@@ -158,6 +159,7 @@ class WorkloadSummary:
     best_config: Conv2DConfig | None = None
     pairs: set[tuple[int, int]] = field(default_factory=set)  # (ic_bn, oc_bn) with a measurement
     wall_seconds: float = 0.0
+    others_share: float | None = None  # other processes' share of the cores meanwhile (host_state.OtherLoad)
 
     @classmethod
     def from_log(cls, workload: Conv2DWorkload, count: int, previous: dict[int, float | None]) -> WorkloadSummary:
@@ -193,7 +195,14 @@ class WorkloadSummary:
                 if self.best_seconds else "no successful measurement")
         return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged trials, "
                 f"{self.errors} failed, {len(self.pairs)} layout pairs, {self.confirmed} re-timings of winners, {best}, "
-                f"{self.wall_seconds:.1f} s")
+                f"{self.wall_seconds:.1f} s" + self.contention_note())
+
+    def contention_note(self) -> str:
+        """A warning when other processes used the cores while this workload was timed."""
+        if self.others_share is None or self.others_share < CONTENTION_WARN:
+            return ""
+        return (f"; WARNING: other processes used {100 * self.others_share:.0f}% of the cores meanwhile, so these "
+                "times may be inflated: `tune --retime` on a quiet machine re-times the finalists")
 
 
 def _open_log(path: Path):
@@ -286,13 +295,13 @@ def tune_workloads(
                 if summary.best_gflops:
                     bar.set_postfix_str(f"best {summary.best_gflops:.1f} GFLOP/s")
 
-            t0 = time.perf_counter()
+            t0, load = time.perf_counter(), OtherLoad().start()
             try:
                 tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure,
                      confirm=confirm, retimed=state.retimed(key))
             finally:
                 bar.close()
-            summary.wall_seconds = time.perf_counter() - t0
+            summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
             summaries.append(summary)
             print_fn(summary.line(i, n))
     if transforms:

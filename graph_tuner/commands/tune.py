@@ -76,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
     print(f"host while tuning: one-thread conv {before:.0f} GFLOP/s at the start, {after:.0f} at the end")
+    loaded = [s for s in summaries if s.contention_note()]
+    if loaded:
+        print(f"warning: {len(loaded)} of {len(summaries)} workloads were timed while other processes used the cores "
+              f"(up to {100 * max(s.others_share for s in loaded):.0f}%); run `graph-tuner tune {args.model} -o "
+              f"{args.output} --retime` on a quiet machine to re-time their finalists")
     return 0
 
 
