@@ -1,7 +1,7 @@
 """This machine's FMA peak: the roofline a compute-bound network cannot beat.
 
-A tight loop of independent vector FMAs (as many accumulators as the register file holds:
-24 on AVX-512, 12 on AVX2, whose 16 registers would spill 24), run as 16 work items per
+A tight loop of independent vector FMAs (24 accumulators, well over the 8 that two FMA
+pipes of 4-cycle latency keep busy; 12 on AVX2, whose 16 registers would spill 24), run as 16 work items per
 thread through the pool (many items, as kernels have, so the pool shares them out). A
 network's FLOPs over this rate is the time no runtime can beat on these cores; the
 ``graph-tuner bench`` targets are stated against it (``roofline_ms``).

@@ -21,7 +21,9 @@ DenseNet-121 went the other way, 0.978x (benchmarks/README.md). Idle workers spi
 """
 from __future__ import annotations
 
-MAX_SEATS = 1024  # threads a job can have (kernels.threads.MAX_THREADS)
+from kernels.threads import MAX_THREADS
+
+MAX_SEATS = MAX_THREADS  # band cursors: a job of more threads shares the last ones out (clamped in gt_parallel)
 SPIN = 32000  # pause instructions (~0.5 ms here) an idle worker spins before it sleeps
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX, SYS_SCHED_YIELD = 128, 129, 202, 24  # x86-64 Linux
 
@@ -197,7 +199,9 @@ open:
   %banded = load atomic i32, ptr @gt_banded seq_cst, align 4
   %one = icmp eq i32 %banded, 0
   %nt64 = sext i32 %nthreads to i64
-  %nb = select i1 %one, i64 1, i64 %nt64
+  %fits = icmp slt i64 %nt64, {MAX_SEATS}
+  %ntb = select i1 %fits, i64 %nt64, i64 {MAX_SEATS}  ; no cursor past @gt_bands: more seats share them
+  %nb = select i1 %one, i64 1, i64 %ntb
   store atomic i64 %nb, ptr @gt_nbands seq_cst, align 8
   br label %bands
 bands:

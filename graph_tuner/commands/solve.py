@@ -62,9 +62,10 @@ def run(args: argparse.Namespace) -> int:
         raise GraphTunerError(f"{args.records}: no such file; pass the AutoTVM log written by tuning")
     stem = Path(args.model).stem if args.model.endswith(".onnx") else args.model
     if args.records and Path(args.records).is_dir():  # one log per CPU: this CPU's
+        from graph_tuner.cluster import log_name  # the name `tune -o DIR/` gave it
         from graph_tuner.shipped import folder_log
 
-        records = folder_log(args.records, stem)
+        records = folder_log(args.records, log_name(args.model))
     out = Path(args.output or f"{stem}.opt.log")
     # Before anything runs: an output over an input would destroy hours of measurements.
     model_file = args.model if Path(args.model).is_file() else None
