@@ -6,8 +6,8 @@ onnxruntime on the same weights (the model exported to ONNX) and PyTorch when im
 (:mod:`graph_tuner.runtimes`). They are timed in interleaved rounds, so that load changes
 on the machine hit them alike, with a one-thread conv probing the host's speed in the same
 rounds, and each is compared with the graph-tuned plan round by round
-(:mod:`graph_tuner.rounds`). Each plan's conv + transform time is reported three ways
-(:mod:`graph_tuner.plan_run`): predicted from the log, predicted from the same kernels and
+(:mod:`graph_tuner.rounds`). Each plan's planned steps (convs, transforms and the other
+steps solve costed) are reported three ways (:mod:`graph_tuner.plan_run`): predicted from the log, predicted from the same kernels and
 transforms re-timed now, and measured inside the running network. Results go to
 ``<out>/<timestamp>.json`` with a PNG chart (:mod:`graph_tuner.bench_chart`), and medians
 more than 5% above the previous results file's are flagged
@@ -148,8 +148,9 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         print_fn(f"{name:<14} {k:<13} median {r['median_ms']:8.3f} ms  p90 {r['p90_ms']:8.3f} ms"
                  + (f"  {vs['ratio']:.3f}x graph-tuned's time, round by round (90% interval "
                     f"{vs['interval90'][0]:.3f}-{vs['interval90'][1]:.3f})" if vs else "")
-                 + (f"  conv+transforms: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
-                    f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms"
+                 + (f"  planned steps: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
+                    f"(re-timed now), measured in the network {r['measured_planned_ms']:.3f} ms, whole run "
+                    f"{100 * (r['predicted_ms'] / r['median_ms'] - 1):+.1f}% predicted"
                     if k in programs else ""))
     entry = {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes,
              "host": host}
