@@ -93,7 +93,9 @@ class OtherLoad:
         if busy is None or self._busy is None:
             return None
         wall = time.perf_counter() - self._wall
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        from kernels.threads import usable_cores
+
+        cores = usable_cores()
         others = (busy - self._busy) - (_own_seconds() - self._own)
         return min(1.0, max(0.0, others / (wall * cores))) if wall > 0 else 0.0
 

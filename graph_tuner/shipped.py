@@ -15,18 +15,24 @@ from pathlib import Path
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
 
-def _logs() -> list[Path]:
+def _logs(folder: Path | None = None) -> list[Path]:
     # Plain, or gzip-compressed where a log would grow the repository by megabytes.
-    return sorted([*DATA_DIR.glob("*/*.log"), *DATA_DIR.glob("*/*.log.gz")])
+    folder = DATA_DIR if folder is None else Path(folder)
+    return sorted([*folder.glob("*/*.log"), *folder.glob("*/*.log.gz")])
 
 
 def _model_of(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".log")
 
 
-def shipped_logs(model: str) -> dict[str, Path]:
-    """``{cpu: path}`` of the shipped logs of ``model``."""
-    return {p.parent.name: p for p in _logs() if _model_of(p) == model}
+def shipped_logs(model: str, folder: str | Path | None = None) -> dict[str, Path]:
+    """``{cpu: path}`` of the shipped logs of ``model`` (or those in ``folder``, laid out as
+    ``data/``; a CPU with both a plain and a compressed log: the plain one)."""
+    logs: dict[str, Path] = {}
+    for p in _logs(folder):
+        if _model_of(p) == model and (p.parent.name not in logs or p.suffix == ".log"):
+            logs[p.parent.name] = p
+    return logs
 
 
 def shipped_models() -> list[str]:
@@ -56,10 +62,9 @@ def folder_log(folder, model: str) -> Path:
     from kernels.jit import host_cpu
 
     folder, cpu = Path(folder), host_cpu().name
-    for name in (f"{model}.log", f"{model}.log.gz"):
-        if (folder / cpu / name).is_file():
-            return folder / cpu / name
-    others = {p.parent.name: p for p in sorted([*folder.glob(f"*/{model}.log.gz"), *folder.glob(f"*/{model}.log")])}
+    others = shipped_logs(model, folder)
+    if cpu in others:
+        return others[cpu]
     if others:
         example = next(iter(others.values()))
         has = f"it has {model}'s logs of {', '.join(others)} (--records {example} uses another CPU's times)"

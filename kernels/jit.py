@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,8 +127,7 @@ def _load_pool_runtime() -> None:
         worker = engine.get_function_address("gt_worker")
         shutdown = ctypes.CFUNCTYPE(None)(engine.get_function_address("gt_shutdown"))
         libc = ctypes.CDLL(None, use_errno=True)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        for _ in range(max(threads.num_threads(), cores) - 1):
+        for _ in range(max(threads.num_threads(), threads.usable_cores()) - 1):
             tid = ctypes.c_ulong()
             if libc.pthread_create(ctypes.byref(tid), None, ctypes.c_void_p(worker), None) != 0:
                 break  # fewer workers: jobs still complete (the caller takes every item left)

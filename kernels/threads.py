@@ -45,8 +45,12 @@ def num_threads() -> int:
         if not 1 <= value <= MAX_THREADS:
             raise ValueError(f"GRAPH_TUNER_NUM_THREADS={env!r} must be from 1 to {MAX_THREADS}")
         return value
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, MAX_THREADS)
+    return min(usable_cores(), MAX_THREADS)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def parallel_entry_ir(kernel: str, phases: list[tuple], *, md_base: int = 1_000_000_000) -> str:
