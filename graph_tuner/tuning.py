@@ -198,8 +198,9 @@ class WorkloadSummary:
                 f"{self.wall_seconds:.1f} s" + self.contention_note())
 
     def contention_note(self) -> str:
-        """A warning when other processes used the cores while this workload was timed."""
-        if self.others_share is None or self.others_share < CONTENTION_WARN:
+        """A warning when other processes used the cores while this workload was timed (none
+        when this run timed nothing: a resumed workload's records predate the load)."""
+        if self.others_share is None or self.others_share < CONTENTION_WARN or not (self.new or self.confirmed):
             return ""
         return (f"; WARNING: other processes used {100 * self.others_share:.0f}% of the cores meanwhile, so these "
                 "times may be inflated: `tune --retime` on a quiet machine re-times the finalists")

@@ -38,3 +38,5 @@ def test_a_workload_timed_under_load_says_so_and_how_to_mend_it():
     s.others_share = 0.45
     line = s.line(1, 1)
     assert "other processes used 45% of the cores" in line and "tune --retime" in line
+    s.new = 0  # resumed from the log, nothing timed now: the load did not touch its records
+    assert "WARNING" not in s.line(1, 1)
