@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from graph_tuner import candidates as cand
+from graph_tuner.calibration import InNetworkCosts
 from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
@@ -138,24 +139,46 @@ class GraphTuner:
 
         return here
 
-    def solve(self, solver: str = "auto", time_limit: float | None = None, measure: bool | Callable = False) -> Plan:
+    def solve(self, solver: str = "auto", time_limit: float | None = None, measure: bool | Callable = False,
+              calibrate: int = 0) -> Plan:
         """The best plan. Transforms are measured only as a best plan needs them
         (:func:`graph_tuner.selection.select_measuring`): ``measure=True`` times them here
         (this CPU's cache first), a callable ``keys -> {key: seconds}`` is asked instead;
         False: only the known ones (records, cache, estimates) are used, and a plan that needs
-        another is a :class:`GraphTunerError`."""
+        another is a :class:`GraphTunerError`. ``calibrate``: up to that many runs of the
+        plan on this CPU, each re-costing what the plan uses with its time in the network,
+        then solving again (:func:`graph_tuner.calibration.calibrate`); 0: times taken alone."""
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 <= time_limit < math.inf):
             raise GraphTunerError(f"--time-limit must be a number of seconds >= 0, got {time_limit!r}")
+        if not isinstance(calibrate, int) or isinstance(calibrate, bool) or calibrate < 0:
+            raise GraphTunerError(f"--calibrate must be a number of runs >= 0, got {calibrate!r}")
         if self.kind == "cuda":
             return self._cuda_plan()
         measurer = self._measurer(measure)
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
-        plan = select_measuring(self.flow, self.candidates, self.transforms.seconds, measurer, self._blocks(),
-                                method=solver, time_limit=time_limit, estimated=self.transforms.estimated,
-                                step_ms=self.step_ms, target=self.target, notes=notes)
+
+        def keep(keys: list) -> Mapping:  # what is measured alone is known to every later solve
+            got = measurer(keys)
+            self.transforms.seconds.update(got)
+            return got
+
+        def best(costs: InNetworkCosts) -> Plan:
+            return select_measuring(self.flow, costs.candidates(self.candidates),
+                                    costs.transform_costs(self.transforms.seconds), measurer and keep, self._blocks(),
+                                    method=solver, time_limit=time_limit, estimated=self.transforms.estimated,
+                                    step_ms=costs.step_costs(self.step_ms), target=self.target, notes=list(notes))
+
+        if calibrate:
+            from graph_tuner.calibration import calibrate as run_calibration
+            from graph_tuner.plan_run import InNetworkTimer
+
+            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0)), max_rounds=calibrate)
+            plan.notes.append(cal.note)
+        else:
+            plan = best(InNetworkCosts())
         plan.baselines_ms = {}
         for name in ("history_best", "default"):
             base = self.baseline_plan(name, measure=measurer)

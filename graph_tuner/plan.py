@@ -67,6 +67,11 @@ class TransformChoice:
         return tuple(self.shape), self.src_block, self.dst_block
 
     @property
+    def label(self) -> str:
+        """How profiles name this transform's step: ``"tensor NCHW16c->NCHW"``."""
+        return f"{self.tensor} {self.src_layout}->{self.dst_layout}"
+
+    @property
     def src_layout(self) -> str:
         return layout_name(self.src_block)
 

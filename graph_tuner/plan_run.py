@@ -105,6 +105,39 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
                      profile, outputs, retimed)
 
 
+class InNetworkTimer:
+    """Each step of a plan run in the network: ``timer(plan)`` -> profile step name -> median ms.
+
+    The first plan timed is the reference: every later plan is profiled in ``rounds``
+    alternating with it, and its step times are scaled by how much slower or faster the
+    reference ran than the first time. A shared host's speed drifts by 10-20% within a
+    minute (ResNet-50's whole run moved from 35.3 to 41.8 ms over six consecutive profiles
+    on Zen 4); unpaired, a plan profiled in a fast minute would look cheaper than one
+    profiled in a slow one. What :func:`graph_tuner.calibration.calibrate` re-costs plans with.
+    """
+
+    def __init__(self, model, params: dict | None = None, *, rounds: int = 3, repeat: int = 10):
+        self.model, self.params, self.rounds, self.repeat = model, params, rounds, repeat
+        self.reference = None  # (program, its total ms when first timed)
+
+    def __call__(self, plan) -> dict[str, float]:
+        from graph_tuner.executor import Profile, compile_model
+
+        prog = compile_model(self.model, plan, self.params)
+        prog.set_inputs(seeded_input(self.model))
+        if self.reference is None:
+            profile = Profile.median([prog.profile(repeat=self.repeat) for _ in range(self.rounds)])
+            self.reference = (prog, profile.total_ms)
+            return {s.name: s.median_ms for s in profile.steps}
+        ref, ref_ms = self.reference
+        profiles, ref_now = [], []
+        for _ in range(self.rounds):
+            profiles.append(prog.profile(repeat=self.repeat))
+            ref_now.append(ref.profile(repeat=self.repeat).total_ms)
+        scale = ref_ms / float(np.median(ref_now))
+        return {s.name: s.median_ms * scale for s in Profile.median(profiles).steps}
+
+
 def retimed_cost_ms(plan, model=None) -> float:
     """The plan's cost model evaluated now, on this machine: every layer's kernel and every
     transform timed alone (the tuner's and the transform benchmark's own routines), summed.

@@ -26,6 +26,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """argparse type for counts that may be 0 (off).
+
+    >>> nonnegative_int("0")
+    0
+    """
+    try:
+        return 0 if int(text) == 0 else positive_int(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_COUNT}, got {text!r}") from None
+
+
 def nonnegative_seconds(text: str) -> float:
     """argparse type for solver time limits: a finite number of seconds, 0 or more.
 

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, nonnegative_seconds, positive_int
+from graph_tuner.commands import check_paths, nonnegative_int, nonnegative_seconds, positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=positive_int, default=20, metavar="K", help="candidates kept per layer (default 20)")
     p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
     p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
+    p.add_argument("--calibrate", type=nonnegative_int, default=0, metavar="RUNS",
+                   help="run the plan on this CPU up to RUNS times (3-4 usually suffice), each time re-costing what it "
+                        "uses with its time inside the network, and solve again: the plan and its records then carry "
+                        "the times the network pays (default 0: times taken alone, from the log)")
     p.add_argument("--report", metavar="R", help="also write the report as JSON to R")
     p.add_argument("--format", choices=("v0.1", "v0.2"), help="record format to write (default: as read)")
     p.add_argument("--fallback", action="store_true", help="use a default schedule (with a warning) for layers with no record")
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if own:
             gt.benchmark_steps()
     try:
-        plan = gt.solve(solver=args.solver, time_limit=args.time_limit, measure=own)
+        plan = gt.solve(solver=args.solver, time_limit=args.time_limit, measure=own, calibrate=args.calibrate)
     except GraphTunerError as e:
         if not own and "transform cost(s) unknown" in str(e):  # say which options help
             raise GraphTunerError(f"{e}: not in {args.transform_records}; pass --estimate-transforms or drop "

@@ -1,0 +1,182 @@
+"""Calibration (graph_tuner.calibration): plans re-costed with their in-network times.
+
+The network is simulated: each conv candidate "runs in the network" at its alone time
+times a factor, and :func:`calibrate` must reach the plan brute force finds for those
+in-network costs, measuring only what plans use.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from graph_tuner import GraphTuner
+from graph_tuner.builder import GraphBuilder
+from graph_tuner.calibration import InNetworkCosts, calibrate
+from test_graph_tuner_cost_model import brute_force, head, records_for, tcost
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Transforms measured here go to a cache of the test's own, never the user's."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+SHAPES = {"a": (8, 8), "c": (8, 8), "d": (8, 4)}
+
+
+def residual_concat_net():
+    b = GraphBuilder("mixed")
+    x = b.input((1, 8, 8, 8))
+    a = b.conv(x, 8, 3, padding=1, name="a")
+    c = b.conv(b.relu(a), 8, 5, padding=2, name="c")
+    s = b.add(c, a, name="s")
+    d = b.conv(s, 4, 1, name="d")
+    return b.build(head(b, b.concat([s, d], name="cat")))
+
+
+def tuner(model, cands):
+    gt = GraphTuner(model, records_for(model, cands), target="llvm -mcpu=test")
+    for shape, a, b in gt.required_transforms():
+        gt.transforms.add(shape, a, b, tcost(shape, a, b))
+    return gt
+
+
+def fake_network(factor):
+    """A measure: each chosen conv at its alone time (from the log) x ``factor(layer, in, out)``,
+    transforms at their alone cost; counts the runs."""
+    runs = []
+
+    def measure(plan):
+        runs.append(plan)
+        out = {t.label: tcost(t.shape, t.src_block, t.dst_block) * 1e3 for t in plan.transforms}
+        for lc in plan.layers:
+            alone = lc.candidate.config  # the record's time was replaced if measured: use the log's
+            out[lc.name] = alone_ms[(lc.name, alone)] * factor(lc.name, lc.in_block, lc.out_block)
+        return out
+
+    alone_ms = {}
+    return measure, runs, alone_ms
+
+
+def draw_candidates(data):
+    cands = {}
+    for name, (ci, co) in SHAPES.items():
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from([x for x in (1, 2, 4, 8) if ci % x == 0]),
+                                             st.sampled_from([x for x in (1, 2, 4, 8) if co % x == 0])),
+                                   min_size=1, max_size=3, unique=True))
+        cands[name] = [(i, o, data.draw(st.floats(1e-6, 1e-4))) for i, o in pairs]
+    return cands
+
+
+def run_calibration(model, cands, factor, max_rounds=20):
+    gt = tuner(model, cands)
+    measure, runs, alone_ms = fake_network(factor)
+    alone_ms.update({(n, c.config): c.time * 1e3 for n, cs in gt.candidates.items() for c in cs})
+
+    def solve(costs):
+        from graph_tuner.selection import select_measuring
+
+        return select_measuring(gt.flow, costs.candidates(gt.candidates), costs.transform_costs(gt.transforms.seconds),
+                                None, gt._blocks(), method="dp")
+
+    return calibrate(solve, measure, max_rounds=max_rounds), runs
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_layer_factors_reach_the_in_network_optimum(data):
+    """Each layer slows down (or speeds up) alike for all its candidates: the bound holds, so
+    the plan calibration stops at is brute force's optimum of the in-network costs."""
+    model = residual_concat_net()
+    cands = draw_candidates(data)
+    factors = {name: data.draw(st.floats(0.5, 3.0)) for name in SHAPES}
+    (plan, cal), runs = run_calibration(model, cands, lambda n, i, o: factors[n])
+    in_network = {n: [(i, o, t * factors[n]) for i, o, t in cs] for n, cs in cands.items()}
+    assert cal.converged
+    assert plan.cost == pytest.approx(brute_force(model, in_network, (1, 2, 4, 8)) * 1e3, rel=1e-9)
+    assert plan.kernel_ms + plan.transform_ms == pytest.approx(plan.cost)
+    assert cal.rounds == len(runs) <= 1 + len(SHAPES) * 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_any_factors_stop_at_a_plan_costed_in_the_network(data):
+    """Factors per candidate (the bound may fail): calibration still stops, and a converged
+    plan's every conv cost is its in-network time."""
+    model = residual_concat_net()
+    cands = draw_candidates(data)
+    factor = {(n, i, o): data.draw(st.floats(0.5, 3.0)) for n, cs in cands.items() for i, o, _ in cs}
+    (plan, cal), runs = run_calibration(model, cands, lambda n, i, o: factor[(n, i, o)], max_rounds=4)
+    assert cal.rounds == len(runs) <= 4
+    if cal.converged:
+        times = {(n, i, o): t for n, cs in cands.items() for i, o, t in cs}
+        for lc in plan.layers:
+            want = times[(lc.name, lc.in_block, lc.out_block)] * factor[(lc.name, lc.in_block, lc.out_block)]
+            assert lc.time_ms == pytest.approx(want * 1e3)
+    else:
+        assert "still times taken alone" in cal.note
+
+
+def test_records_carry_in_network_times():
+    model = residual_concat_net()
+    cands = {n: [(8 if ci % 8 == 0 else 1, co, 1e-5)] for n, (ci, co) in SHAPES.items()}
+    (plan, cal), _ = run_calibration(model, cands, lambda n, i, o: 2.0)
+    assert cal.converged and cal.rounds == 1
+    for line in plan.records_text().splitlines():
+        assert json.loads(line)["result"][0] == [pytest.approx(2e-5)]
+
+
+def test_a_run_that_does_not_show_a_cost_stops_the_loop():
+    model = residual_concat_net()
+    cands = {n: [(1, 1, 1e-5), (8 if ci % 8 == 0 else 1, co, 2e-5)] for n, (ci, co) in SHAPES.items()}
+    gt = tuner(model, cands)
+
+    def solve(costs):
+        from graph_tuner.selection import select_measuring
+
+        return select_measuring(gt.flow, costs.candidates(gt.candidates), gt.transforms.seconds, None, gt._blocks())
+
+    plan, cal = calibrate(solve, lambda p: {}, max_rounds=5)
+    assert cal.rounds == 1 and not cal.converged and "still times taken alone" in cal.note
+
+
+def test_step_and_transform_costs_scale_by_the_lowest_measured_ratio():
+    costs = InNetworkCosts(steps={("pool", 8): 3.0}, transforms={((1, 8, 4, 4), 1, 8): 4e-6})
+    assert costs.step_costs({"pool": {8: 1.0, 16: 2.0}, "fc": {1: 5.0}}) == {"pool": {8: 3.0, 16: 6.0}, "fc": {1: 5.0}}
+    got = costs.transform_costs({((1, 8, 4, 4), 1, 8): 2e-6, ((1, 8, 4, 4), 8, 1): 1e-6, ((1, 4, 2, 2), 1, 4): 1e-6})
+    assert got == {((1, 8, 4, 4), 1, 8): 4e-6, ((1, 8, 4, 4), 8, 1): 2e-6, ((1, 4, 2, 2), 1, 4): 1e-6}
+
+
+def test_cli_solve_calibrates_on_this_cpu(tiny_onnx, tmp_path, capsys):
+    """Tune the tiny model, then solve it calibrated: the plan runs here, and its records carry
+    the in-network times (not the log's)."""
+    from graph_tuner.cli import main
+    from graph_tuner.records import read_records
+
+    log, out = tmp_path / "tiny.log", tmp_path / "tiny.opt.log"
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["solve", str(tiny_onnx), "--records", str(log), "-o", str(out), "--calibrate", "4",
+                 "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "calibrated in the network" in text or "calibration stopped" in text
+    def key(r):
+        return r.workload, json.dumps(r.raw["config"]["entity"])
+
+    logged = {}
+    for r in read_records(log).records:
+        logged.setdefault(key(r), set()).update(r.costs)
+    chosen = read_records(out).records
+    assert len(chosen) == 2
+    if "calibrated in the network" in text:  # every record's time is its in-network median
+        assert all(len(r.costs) == 1 and r.costs[0] not in logged[key(r)] for r in chosen)
+
+
+def test_cli_calibrate_rejects_a_negative_count(tiny_onnx, capsys):
+    from graph_tuner.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["solve", str(tiny_onnx), "--records", "x.log", "--calibrate", "-1"])
+    assert e.value.code == 2
+    assert "--calibrate: expected an integer from 0" in capsys.readouterr().err
