@@ -80,6 +80,25 @@ class GraphBuilder:
                  "groups": groups, "channels": channels, "kernel_size": kernel}
         return self.op("conv2d", [x], attrs, weights, name)
 
+    def conv_transpose(self, x: str, channels: int, kernel: IntOrPair, stride: IntOrPair = 1,
+                       padding: IntOrPair = 0, groups: int = 1, output_padding: IntOrPair = 0, bias: bool = False,
+                       name: str | None = None) -> str:
+        """A transposed conv (PyTorch's ``ConvTranspose2d``, ONNX ``ConvTranspose``; dilation 1):
+        the weight is ``(C_in, channels / groups, kH, kW)``.
+
+        >>> b = GraphBuilder("t")
+        >>> up = b.conv_transpose(b.input((1, 64, 16, 16)), 64, 8, 4, 2, groups=64, name="up")
+        >>> b.shape(up), b.build(up).op("up").weights
+        ((1, 64, 64, 64), {'weight': (64, 1, 8, 8)})
+        """
+        kernel = pair(kernel)
+        weights = {"weight": (self.shape(x)[1], channels // groups) + kernel}
+        if bias:
+            weights["bias"] = (channels,)
+        attrs = {"strides": pair(stride), "padding": padding4(padding), "output_padding": pair(output_padding),
+                 "groups": groups, "channels": channels, "kernel_size": kernel}
+        return self.op("conv_transpose", [x], attrs, weights, name)
+
     def dense(self, x: str, units: int, bias: bool = True, name: str | None = None) -> str:
         weights = {"weight": (units, self.shape(x)[-1])}
         if bias:

@@ -7,11 +7,16 @@ The cost model (README, "The cost model") in graph terms:
   (add, multiply, concat) chooses one block valid for all its inputs: it must divide
   every input's channel count (a squeeze-excite multiply's ``(N, C, 1, 1)`` operand
   included). A channel slice chooses one block for its input and output: it must
-  divide the input's channels, the slice's start and its length. Graph inputs are
-  fixed to plain NCHW.
+  divide the input's channels, the slice's start and its length. A transposed conv
+  chooses one block for its input and output: it must divide both channel counts.
+  Graph inputs are fixed to plain NCHW.
 * **Layout-agnostic ops** (the elementwise ones: activations, batch norm, bias add;
   pooling, pad, resize) have one 4-d input and keep its layout, so their output's
-  layout is decided upstream.
+  layout is decided upstream. A transposed conv is not one of them: its output has other
+  channels than its input (a dense one, ``C_in -> C_out``), and a block inherited from
+  upstream that divides ``C_in`` need not divide ``C_out``. As a decision it keeps its
+  input's block for free wherever that divides both (CenterNet's depthwise up-sampling,
+  ``C -> C``, always can), and otherwise the solver weighs the transform to a block that does.
 * **Plain ops** (flatten, reshape, transpose, dense, softmax, ...) need plain NCHW
   on their 4-d inputs, and so do graph outputs.
 
@@ -47,18 +52,23 @@ AGNOSTIC_KINDS = UNARY_ELEMENTWISE | frozenset({"max_pool", "avg_pool", "global_
 JOIN_KINDS = frozenset({"add", "multiply", "concat"})
 # Channel slices: decision nodes choosing one block for their input and output.
 SLICE_KINDS = frozenset({"slice"})
+# Transposed convs: decision nodes choosing one block for their input and output, dividing
+# both channel counts (see the module doc).
+TRANSPOSED_CONV_KINDS = frozenset({"conv_transpose"})
 
 PLAIN = "<plain>"  # pseudo decision op: graph inputs, 2-d tensors, plain-layout consumers
 
 
 @dataclass
 class Decision:
-    """An op whose choice decides a layout: a conv, a join (add/concat), a channel slice, or PLAIN."""
+    """An op whose choice decides a layout: a conv, a join (add/concat), a channel slice, a
+    transposed conv, or PLAIN."""
 
     name: str
-    kind: str  # "conv2d", the join or slice kind, or "plain"
-    # Joins and slices: channel counts their block must divide (joins: each 4-d input's;
-    # slices: the input's, the slice's start and length).
+    kind: str  # "conv2d", the join, slice or transposed-conv kind, or "plain"
+    # Joins, slices and transposed convs: channel counts their block must divide (joins: each
+    # 4-d input's; slices: the input's, the slice's start and length; transposed convs: the
+    # input's and the output's).
     channels_in: tuple[int, ...] = ()
 
 
@@ -139,6 +149,10 @@ def analyse(model: Model) -> LayoutFlow:
         elif op.kind in SLICE_KINDS and _is_4d(op):
             c, begin, end = model.op(op.inputs[0]).shape[1], op.attrs["begin"], op.attrs["end"]
             decisions[op.name] = Decision(op.name, op.kind, (c, begin, end - begin))
+            source[op.name] = op.name
+            require(op.inputs[0], op.name, op.name)
+        elif op.kind in TRANSPOSED_CONV_KINDS and _is_4d(op):
+            decisions[op.name] = Decision(op.name, op.kind, (model.op(op.inputs[0]).shape[1], op.shape[1]))
             source[op.name] = op.name
             require(op.inputs[0], op.name, op.name)
         elif op.kind in AGNOSTIC_KINDS and len(four_d_inputs) == 1 and _is_4d(op):

@@ -38,6 +38,8 @@ OP_KINDS: dict[str, str] = {
     "input": "no attrs; Op.shape is the input's shape",
     "conv2d": "strides (2), padding (4), dilation (2), groups, channels (out), kernel_size (2); "
     "weights: weight OIHW (I = C/groups) [+ bias (O,)]",
+    "conv_transpose": "strides (2), padding (4), output_padding (2, each < its stride), groups, channels (out), "
+    "kernel_size (2); dilation 1; weights: weight IOHW (C_in, C_out/groups, kH, kW) [+ bias (O,)]",
     "dense": "units; input is 2-d; weights: weight (units, in) [+ bias (units,)]",
     "batch_norm": "epsilon, axis (=1); weights: gamma, beta, mean, var, each (C,)",
     "bias_add": "axis (=1); weights: bias (C,)",
@@ -188,9 +190,11 @@ class Model:
         return list(counts.items())
 
     def flops(self) -> int:
-        """Conv and dense FLOPs, a multiply-add counted as two."""
+        """Conv, transposed conv and dense FLOPs, a multiply-add counted as two."""
         dense = sum(2 * math.prod(op.weights["weight"]) * op.shape[0] for op in self._ops if op.kind == "dense")
-        return sum(w.flops for w in self.conv_workloads()) + dense
+        up = sum(2 * conv_transpose_macs(op, self.op(op.inputs[0]).shape) for op in self._ops
+                 if op.kind == "conv_transpose")
+        return sum(w.flops for w in self.conv_workloads()) + dense + up
 
     def params(self, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
         """Op name -> param name -> float32 array (fresh copies).
@@ -212,6 +216,25 @@ class Model:
         return _random_params(self._ops, seed)
 
 
+def conv_transpose_macs(op: Op, input_shape: tuple[int, ...]) -> int:
+    """The multiply-adds a transposed conv ``op`` does on an input of ``input_shape``: for each
+    output pixel, the taps ``(o + pad - k) % stride == 0`` that land on an input pixel, times
+    the input channels of its group (the taps the padding crops away are not work).
+
+    >>> op = Op("up", "conv_transpose", ["x"], {"strides": (2, 2), "padding": (1, 1, 1, 1), "groups": 8,
+    ...         "channels": 8, "kernel_size": (4, 4)}, (1, 8, 8, 8), {"weight": (8, 1, 4, 4)})
+    >>> conv_transpose_macs(op, (1, 8, 4, 4))  # 8 channels x 8 x 8 outputs x (2 x 2 taps, 1 at an edge)
+    1568
+    """
+    a = op.attrs
+    taps = []
+    for axis in (0, 1):
+        size, k, s, pad = input_shape[2 + axis], a["kernel_size"][axis], a["strides"][axis], a["padding"][axis]
+        taps.append(sum(1 for o in range(op.shape[2 + axis]) for j in range(k)
+                        if (o + pad - j) % s == 0 and 0 <= (o + pad - j) // s < size))
+    return op.shape[0] * op.shape[1] * (input_shape[1] // a["groups"]) * taps[0] * taps[1]
+
+
 def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
 
@@ -226,6 +249,14 @@ def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]
         if op.kind in ("conv2d", "dense"):
             w = op.weights["weight"]
             fan_in = math.prod(w[1:])
+            p["weight"] = normal(math.sqrt(1.0 / (fan_in * max(m_in[0], 1e-6))), w)
+            m = 1.0
+            if "bias" in op.weights:
+                p["bias"] = normal(0.05, op.weights["bias"])
+                m += 0.0025
+        elif op.kind == "conv_transpose":  # an output sums C_in/groups x (kH x kW / strides) taps
+            w, (sh, sw) = op.weights["weight"], op.attrs["strides"]
+            fan_in = w[0] // op.attrs["groups"] * max(1.0, w[2] * w[3] / (sh * sw))
             p["weight"] = normal(math.sqrt(1.0 / (fan_in * max(m_in[0], 1e-6))), w)
             m = 1.0
             if "bias" in op.weights:

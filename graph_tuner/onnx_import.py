@@ -1,7 +1,8 @@
 """Import an ONNX CNN as a :class:`~graph_tuner.model.Model`, initializers as weights.
 
-Supported ops: Conv, Gemm, MatMul (with a constant right operand), BatchNormalization,
-Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Add, Mul, Concat, MaxPool,
+Supported ops: Conv, ConvTranspose (2-d, dilation 1, ``auto_pad`` NOTSET; a static
+``output_shape`` sets the pads as ONNX and onnxruntime do), Gemm, MatMul (with a constant
+right operand), BatchNormalization, Relu, Clip, Sigmoid, HardSigmoid, HardSwish, LeakyRelu, Add, Mul, Concat, MaxPool,
 AveragePool, GlobalAveragePool, ReduceMean (over H and W), Resize and Upsample (nearest,
 linear; static scales or sizes), Split and Slice (on channels), Flatten, Reshape,
 Transpose, Pad (constant), Softmax, Constant, and Identity/Dropout (removed).
@@ -29,10 +30,10 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.model import Model, Op
 from graph_tuner.shapes import infer_shape
 
-SUPPORTED_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Sigmoid", "HardSigmoid",
-                 "HardSwish", "LeakyRelu", "Add", "Mul", "Concat", "MaxPool", "AveragePool", "GlobalAveragePool",
-                 "ReduceMean", "Resize", "Upsample", "Split", "Slice", "Flatten", "Reshape", "Transpose", "Pad",
-                 "Softmax", "Constant", "Identity", "Dropout")
+SUPPORTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "Relu", "Clip", "Sigmoid",
+                 "HardSigmoid", "HardSwish", "LeakyRelu", "Add", "Mul", "Concat", "MaxPool", "AveragePool",
+                 "GlobalAveragePool", "ReduceMean", "Resize", "Upsample", "Split", "Slice", "Flatten", "Reshape",
+                 "Transpose", "Pad", "Softmax", "Constant", "Identity", "Dropout")
 
 
 class _Importer:
@@ -161,6 +162,36 @@ class _Importer:
         if w.shape[1] * attrs["groups"] != self.shape(node)[1]:
             raise self.fail(node, f"kernel {w.shape} with group={attrs['groups']} does not fit input {self.shape(node)}")
         self.emit(node, "conv2d", [self.producer(node, node.input[0])], attrs, params)
+
+    def op_ConvTranspose(self, node, a):
+        x, w = self.shape(node), self.const(node, node.input[1], "weight")
+        if len(x) != 4 or w.ndim != 4:
+            raise self.fail(node, f"only 2-d transposed convolutions of an NCHW tensor are supported, got input {x} "
+                                  f"and kernel {w.shape}")
+        g = int(a.get("group", 1))
+        if w.shape[0] != x[1] or g < 1 or x[1] % g:
+            raise self.fail(node, f"kernel {w.shape} with group={g} does not fit input {x}")
+        if tuple(a.get("kernel_shape", w.shape[2:])) != w.shape[2:]:
+            raise self.fail(node, f"kernel_shape {list(a['kernel_shape'])} differs from the weight's {w.shape[2:]}")
+        if tuple(a.get("dilations", (1, 1))) != (1, 1):
+            raise self.fail(node, f"dilations {list(a['dilations'])} are not supported; only dilation 1 is")
+        if _text(a.get("auto_pad", b"NOTSET")) != "NOTSET":
+            raise self.fail(node, f"auto_pad {_text(a['auto_pad'])} is not supported; export with explicit pads")
+        strides, out_pad = tuple(a.get("strides", (1, 1))), tuple(a.get("output_padding", (0, 0)))
+        pads = tuple(a.get("pads", (0, 0, 0, 0)))
+        if "output_shape" in a:  # pads from the shape asked for: the larger half first (ONNX's NOTSET rule)
+            want = tuple(a["output_shape"])[-2:]
+            total = [s * (i - 1) + o + k - n for s, i, o, k, n in zip(strides, x[2:], out_pad, w.shape[2:], want)]
+            if len(want) != 2 or min(total) < 0:
+                raise self.fail(node, f"output_shape {list(a['output_shape'])} is larger than the transposed "
+                                      f"convolution of {x} can give; export with pads and output_padding")
+            pads = (total[0] - total[0] // 2, total[1] - total[1] // 2, total[0] // 2, total[1] // 2)
+        attrs = {"strides": strides, "padding": tuple(int(p) for p in pads), "output_padding": out_pad,
+                 "groups": g, "channels": int(w.shape[1]) * g, "kernel_size": tuple(w.shape[2:])}
+        params = {"weight": w}
+        if len(node.input) > 2 and node.input[2]:
+            params["bias"] = self.const(node, node.input[2], "bias")
+        self.emit(node, "conv_transpose", [self.producer(node, node.input[0])], attrs, params)
 
     def op_Gemm(self, node, a):
         if a.get("transA", 0):

@@ -269,3 +269,68 @@ def test_grouped_conv(tmp_path, groups, blocks):
     m = _run(tmp_path, _graph(nodes, [w, b]), blocks=blocks)
     (conv,) = [op for op in m.ops if op.name == "gconv"]
     assert conv.kind == "conv2d" and conv.attrs["groups"] == groups
+
+
+def _conv_transpose(cout, kernel, groups=1, bias=False, seed=7, **attrs):
+    rng = np.random.default_rng(seed)
+    scale = np.sqrt(C / groups * kernel[0] * kernel[1] / 4)
+    inits = [numpy_helper.from_array((rng.standard_normal((C, cout // groups) + kernel) / scale).astype(np.float32),
+                                     "tw")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "tb"))
+    node = helper.make_node("ConvTranspose", ["a"] + [i.name for i in inits], ["m"], name="up", group=groups, **attrs)
+    return [node], inits
+
+
+@pytest.mark.parametrize("cout,kernel,groups,bias,attrs,hw", [
+    (C, (4, 4), C, False, {"strides": [2, 2], "pads": [1, 1, 1, 1]}, (12, 14)),  # CenterNet's, f = 2
+    (C, (8, 8), C, False, {"strides": [4, 4], "pads": [2, 2, 2, 2]}, (24, 28)),  # f = 4
+    (16, (3, 3), 1, True, {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (12, 14)),
+    (24, (3, 2), 4, True, {"strides": [2, 3], "pads": [0, 1, 2, 0], "output_padding": [1, 2]}, (12, 21)),
+    (C, (3, 3), 1, False, {}, (8, 9)),  # stride 1, no pads
+    # odd total padding (14 - 13, 16 - 15): the extra row and column cut at the start, as onnxruntime does
+    (C, (4, 4), 2, False, {"strides": [2, 2], "output_shape": [13, 15]}, (13, 15)),
+])
+def test_conv_transpose(tmp_path, cout, kernel, groups, bias, attrs, hw):
+    """ConvTranspose as a decision of its own: in the block of every uniform plan that divides both
+    its channel counts (else plain, with the transforms), against onnxruntime."""
+    nodes, inits = _conv_transpose(cout, kernel, groups, bias, **attrs)
+    m = _run(tmp_path, _graph(nodes, inits, out_shapes=[("m", cout)]))
+    op = m.op("up")
+    assert op.kind == "conv_transpose" and op.shape == (1, cout) + hw and op.attrs["groups"] == groups
+    plan = uniform_plan(m, 16)
+    assert plan.joins["up"] == (16 if cout % 16 == 0 else 1)
+    assert plan.blocks["up"] == plan.joins["up"]
+
+
+def _load(tmp_path, proto):
+    path = tmp_path / "op.onnx"
+    onnx.save(proto, path)
+    return load_onnx(path)
+
+
+def test_conv_transpose_between_other_layouts(tmp_path):
+    """c0 writes NCHW16c, the transposed conv computes in NCHW8c (a transform before it), c1 reads
+    NCHW4c (one after)."""
+    nodes, inits = _conv_transpose(C, (4, 4), C, strides=[2, 2], pads=[1, 1, 1, 1])
+    proto = _graph(nodes, inits)
+    m = _load(tmp_path, proto)
+    plan = plan_from_configs(m, {"c0": Conv2DConfig(1, 16, 7), "c1": Conv2DConfig(4, 16, 7)}, joins={"up": 8})
+    assert {(t.tensor, t.src_block, t.dst_block) for t in plan.transforms} >= {("c0", 16, 8), ("up", 8, 4)}
+    x = np.random.default_rng(2).standard_normal((1, C, H, W), dtype=np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(compile_model(m, plan).run(x)[0], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,what", [
+    ({"dilations": [2, 2]}, r"node 'up' \(ConvTranspose\): dilations \[2, 2\] are not supported"),
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, r"node 'up' \(ConvTranspose\): auto_pad SAME_UPPER"),
+    ({"strides": [2, 2], "output_shape": [20, 20]}, r"node 'up' \(ConvTranspose\): output_shape \[20, 20\]"),
+])
+def test_conv_transpose_unsupported_forms_are_one_line_errors(tmp_path, attrs, what):
+    nodes, inits = _conv_transpose(C, (3, 3), **attrs)
+    path = tmp_path / "bad.onnx"
+    onnx.save(_graph(nodes, inits, after=False), path)
+    with pytest.raises(GraphTunerError, match=what) as e:
+        load_onnx(path)
+    assert "\n" not in str(e.value) and str(e.value).startswith("bad.onnx: ")

@@ -255,6 +255,9 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
         x = read(head.name, head.inputs[0], blocks[head.name])
         kernel = build_channel_slice(model.op(head.inputs[0]).shape, blocks[head.name], a["begin"], a["end"])
         return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
+    if k == "conv_transpose":  # in its own (decision's) block, which divides C_in and C_out
+        return _conv_transpose_fn(model, head, params[head.name], read(head.name, head.inputs[0], blocks[head.name]),
+                                  out, blocks[head.name])
     if k == "pad":
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
@@ -275,6 +278,20 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
             return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
         return blocked.make_softmax(x, out, a["axis"])
     raise GraphTunerError(f"op '{head.name}': kind {k!r} is not supported by the executor")
+
+
+def _conv_transpose_fn(model: Model, op, p: dict, x: np.ndarray, out: np.ndarray, block: int):
+    """A transposed conv as its generated kernel (:mod:`kernels.conv_transpose`), the weight
+    packed once here."""
+    from kernels.conv_transpose import ConvTransposeSpec, build_conv_transpose, pack_conv_transpose_weight
+
+    a = op.attrs
+    spec = ConvTransposeSpec(model.op(op.inputs[0]).shape, a["channels"], a["kernel_size"], a["strides"], a["padding"],
+                             a.get("output_padding", (0, 0)), a["groups"], "bias" in p)
+    kernel = build_conv_transpose(spec, block)
+    bias = np.ascontiguousarray(p["bias"], np.float32) if "bias" in p else None
+    return kernel.bind(x.reshape(kernel.input_shape), pack_conv_transpose_weight(p["weight"], spec, block),
+                       out.reshape(kernel.output_shape), bias=bias)
 
 
 def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):

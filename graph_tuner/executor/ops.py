@@ -6,8 +6,9 @@ Each ``make_*`` takes the input and output buffers (their layout is their shape:
 with numpy ``out=`` calls: nothing is allocated while the program runs. Spatial axes
 are 2 and 3 in both layouts, so padding code is the same for both;
 per-channel vectors are reshaped to the layout (:func:`channel_view`). Pooling,
-elementwise chains, resize and channel slices run as generated kernels (:mod:`kernels.pooling`,
-:mod:`kernels.elementwise`, :mod:`kernels.resize`, :mod:`kernels.channel_slice`);
+elementwise chains, resize, transposed convs and channel slices run as generated kernels
+(:mod:`kernels.pooling`, :mod:`kernels.elementwise`, :mod:`kernels.resize`,
+:mod:`kernels.conv_transpose`, :mod:`kernels.channel_slice`);
 :func:`make_elementwise` is left for a binary op broadcasting otherwise than per channel.
 
 >>> x = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2) - 4

@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from graph_tuner.model import Model, Op
 
-__all__ = ["run_reference", "conv2d", "pool2d", "resize"]
+__all__ = ["run_reference", "conv2d", "conv_transpose", "pool2d", "resize"]
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
@@ -36,6 +36,30 @@ def conv2d(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), d
     wg = np.asarray(w, np.float64).reshape(groups, o // groups, cg, kh, kw)
     out = [np.tensordot(win[:, g], wg[g], axes=([1, 4, 5], [1, 2, 3])) for g in range(groups)]  # (N, OH, OW, O/g)
     return np.concatenate(out, axis=3).transpose(0, 3, 1, 2)
+
+
+def conv_transpose(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), output_padding=(0, 0),
+                   groups: int = 1) -> np.ndarray:
+    """NCHW transposed conv (dilation 1), weight (C_in, C_out/groups, kH, kW), float64: each input
+    pixel adds ``x * w[:, :, ky, kx]`` at ``(iy * stride + ky, ix * stride + kx)`` of the full
+    output, which is then cropped by ``padding`` [top, left, bottom, right] (``output_padding``
+    rows and columns extend its end).
+
+    >>> conv_transpose(np.ones((1, 1, 2, 2)), np.ones((1, 1, 2, 2)), (2, 2))[0, 0].tolist()
+    [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]
+    """
+    n, c, h, wd = x.shape
+    cin, cog, kh, kw = w.shape
+    (sh, sw), (t, l, b, r), (oph, opw) = strides, padding, output_padding
+    full = np.zeros((n, groups * cog, (h - 1) * sh + kh + oph, (wd - 1) * sw + kw + opw))
+    xg = np.asarray(x, np.float64).reshape(n, groups, c // groups, h, wd)
+    wg = np.asarray(w, np.float64).reshape(groups, cin // groups, cog, kh, kw)
+    for i in range(kh):
+        for j in range(kw):
+            part = np.einsum("ngchw,gco->ngohw", xg, wg[:, :, :, i, j]).reshape(n, groups * cog, h, wd)
+            full[:, :, i: i + (h - 1) * sh + 1: sh, j: j + (wd - 1) * sw + 1: sw] += part
+    oh, ow = (h - 1) * sh + kh - t - b + oph, (wd - 1) * sw + kw - l - r + opw
+    return full[:, :, t: t + oh, l: l + ow]
 
 
 def pool2d(x: np.ndarray, kind: str, pool_size, strides, padding, out_hw, count_include_pad=False) -> np.ndarray:
@@ -107,6 +131,10 @@ def _eval(op: Op, xs: list[np.ndarray], p: dict) -> np.ndarray:
     a, k = op.attrs, op.kind
     if k == "conv2d":
         y = conv2d(xs[0], p["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
+        return y + _channel(p["bias"], 4) if "bias" in p else y
+    if k == "conv_transpose":
+        y = conv_transpose(xs[0], p["weight"], a["strides"], a["padding"], a.get("output_padding", (0, 0)),
+                           a["groups"])
         return y + _channel(p["bias"], 4) if "bias" in p else y
     if k == "dense":
         y = xs[0] @ np.asarray(p["weight"], np.float64).T

@@ -33,6 +33,7 @@ _ZOO: dict[str, tuple[str, str, dict]] = {
     "resnext-50-32x4d": ("resnext", "resnext50_32x4d", {}),
     "regnet-y-800mf": ("regnet", "regnet_y_800mf", {}),
     "yolov5s": ("yolo", "yolov5s", {}),
+    "centernet-dla-34": ("centernet", "centernet_dla34", {}),
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_ZOO)
 
