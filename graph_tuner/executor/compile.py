@@ -121,7 +121,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     blocks = plan.blocks
     steps = plan_steps(model, blocks, plan.joins)
     layers = {lc.name: lc for lc in plan.layers}
-    transforms = {(t.tensor, t.dst_block): t.time_ms for t in plan.transforms}
+    transforms = {(t.tensor, t.dst_block): t for t in plan.transforms}
 
     # Buffers: a tensor in its own layout is keyed by name, a transformed copy by (name, block).
     def key(t: str, b: int):
@@ -155,12 +155,11 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     step_pred = {c.name: c.time_ms for c in plan.steps}
 
     def emit_transforms(tensor: str) -> None:
-        for (t, b), ms in transforms.items():
+        for (t, b), choice in transforms.items():
             if t == tensor:
                 k = build_transform(model.op(t).shape, blocks[t], b)
-                name = f"{t} {layout_name(blocks[t])}->{layout_name(b)}"
                 fn = k.bind(buffers[t].reshape(k.input_shape), moved[(t, b)].reshape(k.output_shape))
-                out_steps.append(ProgramStep(name, "transform", [], fn, ms))
+                out_steps.append(ProgramStep(choice.label, "transform", [], fn, choice.time_ms))
 
     for name in model.inputs:
         emit_transforms(name)
