@@ -141,9 +141,10 @@ def test_a_run_that_does_not_show_a_cost_stops_the_loop():
     assert cal.rounds == 1 and not cal.converged and "still times taken alone" in cal.note
 
 
-def test_step_and_transform_costs_scale_by_the_lowest_measured_ratio():
-    costs = InNetworkCosts(steps={("pool", 8): 3.0}, transforms={((1, 8, 4, 4), 1, 8): 4e-6})
-    assert costs.step_costs({"pool": {8: 1.0, 16: 2.0}, "fc": {1: 5.0}}) == {"pool": {8: 3.0, 16: 6.0}, "fc": {1: 5.0}}
+def test_step_and_transform_costs_scale_by_the_median_measured_ratio():
+    costs = InNetworkCosts(steps={("pool", 8): 3.0, ("pool", 16): 8.0}, transforms={((1, 8, 4, 4), 1, 8): 4e-6})
+    got = costs.step_costs({"pool": {8: 1.0, 16: 2.0, 32: 2.0}, "fc": {1: 5.0}})
+    assert got == {"pool": {8: 3.0, 16: 8.0, 32: 7.0}, "fc": {1: 5.0}}  # ratios 3 and 4: 32 at 3.5x
     got = costs.transform_costs({((1, 8, 4, 4), 1, 8): 2e-6, ((1, 8, 4, 4), 8, 1): 1e-6, ((1, 4, 2, 2), 1, 4): 1e-6})
     assert got == {((1, 8, 4, 4), 1, 8): 4e-6, ((1, 8, 4, 4), 8, 1): 2e-6, ((1, 4, 2, 2), 1, 4): 1e-6}
 
