@@ -326,20 +326,21 @@ class _Run:
         self.futures.append(future)
         return future
 
-    def submit_convs(self, workloads, epilogues: dict, *, trials: int, time_budget: float | None,
+    def submit_convs(self, workloads, epilogues: dict, *, trials: list[int], time_budget: float | None,
                      confirm: int) -> list:
+        """One job per workload and machine type; ``trials``: each workload's (:func:`trial_budget`)."""
         futures = []
         for g in self.groups:
             # A machine tunes one workload at a time: the budget of the workloads a machine
             # gets, as a local run splits its budget over its workloads.
             budget = None if time_budget is None else time_budget * len(g.workers) / len(workloads)
-            for i, (w, count) in enumerate(workloads, 1):
+            for i, ((w, count), n_trials) in enumerate(zip(workloads, trials), 1):
                 key = conv_input_key(w, g.target)
                 measured = g.state.convs.get(key, {})
                 job = ConvJob(f"graph-tuner-{self.run_id}-{g.cpu}-{i}", i, len(workloads), w, count, g.target,
-                              trials, budget, confirm, dict(measured), g.state.retimed(key),
+                              n_trials, budget, confirm, dict(measured), g.state.retimed(key),
                               dict(epilogues.get(w, {})), self.measure)
-                self.bar.total += max(0, trials - len(measured))
+                self.bar.total += max(0, n_trials - len(measured))
                 g.pending += 1
                 # The largest first: the run then ends with small ones filling the machines.
                 futures.append(self.submit(job, g, run_conv_job, priority=float(w.flops)))
@@ -476,7 +477,7 @@ def tune_on_cluster(
     from tqdm import tqdm
 
     from graph_tuner.loading import load_model
-    from graph_tuner.tuning import workload_epilogues
+    from graph_tuner.tuning import trial_budget, workload_epilogues
 
     if trials < 1:
         raise GraphTunerError(f"--trials must be >= 1, got {trials}")
@@ -508,7 +509,8 @@ def tune_on_cluster(
 
         run = _Run(client, groups, workers, bar, emit, measure=measure, measure_transform=measure_transform)
         epilogues = {} if measure is not None else workload_epilogues(m)
-        pending = as_completed(run.submit_convs(workloads, epilogues, trials=trials, time_budget=time_budget,
+        pending = as_completed(run.submit_convs(workloads, epilogues, trials=trial_budget(workloads, trials),
+                                                time_budget=time_budget,
                                                 confirm=confirm), loop=client.loop)
         for future in pending:
             group = run.finish(future)

@@ -60,6 +60,33 @@ from kernels.config_space import entity_config
 from kernels.workload import Conv2DWorkload
 
 DEFAULT_TRIALS = 40
+MIN_TRIALS = 12  # a floor for small workloads: enough to try the layout pairs a plan may want
+# FLOP per byte where a conv stops being memory-bound (Zen 4: ~120 GFLOP/s a core against
+# ~15-30 GB/s from L3 or memory): a depthwise conv's time follows its bytes, not its FLOPs.
+MACHINE_BALANCE = 8
+
+
+def trial_budget(workloads: Sequence[tuple[Conv2DWorkload, int]], trials: int) -> list[int]:
+    """Trials for each ``(workload, layer count)``: ``trials`` for a workload with at least the
+    average share of the model's conv time (estimated as ``count x max(FLOPs, balance x
+    bytes)``), proportionally fewer below that, and at least ``MIN_TRIALS`` (or ``trials``
+    if smaller). The search time goes where it can change the network's time: DenseNet-121's
+    66 workloads get 1,438 trials, not 2,640, at the default 40 (benchmarks/README.md).
+
+    >>> big = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    >>> small = Conv2DWorkload((1, 64, 7, 7), (64, 64, 1, 1))
+    >>> trial_budget([(big, 4), (small, 1)], 40), trial_budget([(big, 1)], 40), trial_budget([(small, 1)], 5)
+    ([40, 12], [40], [5])
+    """
+    def cost(w: Conv2DWorkload, count: int) -> float:
+        nbytes = 4 * (math.prod(w.data_shape) + math.prod(w.kernel_shape) + math.prod(w.out_shape))
+        return count * max(w.flops, MACHINE_BALANCE * nbytes)
+
+    costs = [cost(w, c) for w, c in workloads]
+    average = sum(costs) / max(len(costs), 1)
+    floor = min(trials, MIN_TRIALS)
+    return [max(floor, min(trials, math.ceil(trials * c / average))) if average else trials for c in costs]
+
 
 
 def host_target() -> str:
@@ -230,7 +257,7 @@ def tune_workloads(
     workloads: Sequence[tuple[Conv2DWorkload, int]],
     log_path: str | os.PathLike,
     *,
-    trials: int = DEFAULT_TRIALS,
+    trials: int | Sequence[int] = DEFAULT_TRIALS,
     time_budget: float | None = None,
     measure: Callable | None = None,
     progress: bool = True,
@@ -240,7 +267,8 @@ def tune_workloads(
     print_fn: Callable[[str], object] = lambda s: None,
     confirm: int = 20,
 ) -> list[WorkloadSummary]:
-    """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable).
+    """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable),
+    ``trials`` each (one count, or one per workload: :func:`trial_budget`).
 
     After a workload's search, the fastest config of each of its ``confirm`` fastest layout
     pairs is timed again in interleaved rounds (:data:`kernels.tuner.CONFIRM_ROUNDS`), each
@@ -263,8 +291,9 @@ def tune_workloads(
 
     from kernels.tuner import tune
 
-    if trials < 1:
-        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+    per = [trials] * len(workloads) if isinstance(trials, int) else list(trials)
+    if len(per) != len(workloads) or min(per, default=1) < 1:
+        raise GraphTunerError(f"--trials must be >= 1 for each of the {len(workloads)} workloads, got {trials}")
     if time_budget is not None and not time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     path = prepare_log(log_path)
@@ -276,7 +305,7 @@ def tune_workloads(
     summaries = []
     n = len(workloads)
     with _open_log(path) as log:
-        for i, (w, count) in enumerate(workloads, 1):
+        for i, ((w, count), trials) in enumerate(zip(workloads, per), 1):
             key = conv_input_key(w, target)
             previous = state.convs.get(key, {})
             budget = None
@@ -486,7 +515,9 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     transforms = kwargs.pop("transforms", True)
     print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
-    summaries = tune_workloads(m.distinct_workloads(), log_path, transforms=False, **kwargs)
+    workloads = m.distinct_workloads()
+    kwargs["trials"] = trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS))
+    summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
         target = host_target()
         gt = GraphTuner(m, log_path, target=target, top_k=top_k, fallback=True, skip_bad_lines=True)

@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the tuning log to append to (created with its folders if missing; "
                         "a file that is not an AutoTVM log is refused and left as it is)")
     p.add_argument("--trials", type=positive_int, default=None, metavar="N",
-                   help="measurements per workload, counting those already in LOG (default 40)")
+                   help="measurements for a workload with at least the average share of the model's conv time, "
+                        "fewer (down to 12) for smaller ones, counting those already in LOG (default 40)")
     p.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="wall time for the conv search, split evenly over the workloads left "
                         "(time one does not use passes to the next)")

@@ -1,0 +1,54 @@
+"""Hand-run A/B of two tuning logs of one model: the plans they solve to, end to end.
+
+    python benchmarks/log_ab.py densenet-121 OLD.log[.gz] NEW.log [--rounds 30] [--calls 4]
+
+Each log is solved as ``graph-tuner bench`` solves (the other steps costed, transforms
+measured as the plan needs them), each plan compiled once, and the two run in interleaved
+rounds in rotating order (``graph_tuner.rounds.timed_rounds``); the ratio pairs them round
+by round: above 1, the first log's plan took longer. What a change to the tuner (fewer
+trials, another search) costs or gains in the network.
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from graph_tuner.api import GraphTuner
+from graph_tuner.executor import compile_model
+from graph_tuner.loading import load_model
+from graph_tuner.plan_run import seeded_input
+from graph_tuner.rounds import paired_ratio, timed_rounds
+from kernels.jit import host_cpu
+from kernels.threads import num_threads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("first")
+    ap.add_argument("second")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--calls", type=int, default=4)
+    args = ap.parse_args()
+    model = load_model(args.model)
+    params, x = model.params(seed=0), seeded_input(model)
+    programs, plans = {}, {}
+    for key in ("first", "second"):
+        gt = GraphTuner(model, getattr(args, key), top_k=20)
+        gt.benchmark_steps()
+        plans[key] = gt.solve(measure=True)
+        programs[key] = compile_model(model, plans[key], params)
+    ref = programs["first"].run(x)[0]
+    np.testing.assert_allclose(programs["second"].run(x)[0], ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+    times = timed_rounds({k: p.execute for k, p in programs.items()}, args.rounds * args.calls, rounds=args.rounds)
+    med = {k: float(np.median([t for r in v for t in r])) * 1e3 for k, v in times.items()}
+    ratio, lo, hi = paired_ratio(times["first"], times["second"])
+    print(f"{args.model} ({host_cpu().name}, {num_threads()} threads)")
+    for k in programs:
+        print(f"  {k:<7} {getattr(args, k)}: median {med[k]:.3f} ms, predicted {plans[k].cost:.3f} ms")
+    print(f"  first / second {ratio:.3f}x (90% interval {lo:.3f}-{hi:.3f})")
+
+
+if __name__ == "__main__":
+    main()
