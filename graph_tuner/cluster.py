@@ -51,7 +51,8 @@ from graph_tuner.cluster_jobs import (ConvJob, JobReport, TransformJob, describe
                                       run_transform_job, transform_key, worker_label)
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import conv_input_key, transform_input_key
-from graph_tuner.tuning import DEFAULT_TRIALS, LogState, WorkloadSummary, logged, prepare_log, transforms_to_measure
+from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, finalist_budget, logged, prepare_log,
+                                transforms_to_measure)
 
 # Seconds to reach the scheduler before giving up: a typo in --cluster must not hang for
 # Dask's default of 30 s.
@@ -334,11 +335,12 @@ class _Run:
             # A machine tunes one workload at a time: the budget of the workloads a machine
             # gets, as a local run splits its budget over its workloads.
             budget = None if time_budget is None else time_budget * len(g.workers) / len(workloads)
-            for i, ((w, count), n_trials) in enumerate(zip(workloads, trials), 1):
+            for i, ((w, count), n_trials, finalists) in enumerate(zip(workloads, trials, finalist_budget(trials, confirm)),
+                                                                1):
                 key = conv_input_key(w, g.target)
                 measured = g.state.convs.get(key, {})
                 job = ConvJob(f"graph-tuner-{self.run_id}-{g.cpu}-{i}", i, len(workloads), w, count, g.target,
-                              n_trials, budget, confirm, dict(measured), g.state.retimed(key),
+                              n_trials, budget, finalists, dict(measured), g.state.retimed(key),
                               dict(epilogues.get(w, {})), self.measure)
                 self.bar.total += max(0, n_trials - len(measured))
                 g.pending += 1
