@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from graph_tuner import GraphTuner
-from graph_tuner.builder import GraphBuilder
 from graph_tuner.calibration import InNetworkCosts, calibrate
-from test_graph_tuner_cost_model import brute_force, head, records_for, tcost
+from test_graph_tuner_cost_model import (RESIDUAL_CONCAT_CHANNELS, brute_force, draw_candidates, records_for,
+                                         residual_concat_net, tcost)
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
@@ -22,17 +22,7 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
 
 
-SHAPES = {"a": (8, 8), "c": (8, 8), "d": (8, 4)}
-
-
-def residual_concat_net():
-    b = GraphBuilder("mixed")
-    x = b.input((1, 8, 8, 8))
-    a = b.conv(x, 8, 3, padding=1, name="a")
-    c = b.conv(b.relu(a), 8, 5, padding=2, name="c")
-    s = b.add(c, a, name="s")
-    d = b.conv(s, 4, 1, name="d")
-    return b.build(head(b, b.concat([s, d], name="cat")))
+SHAPES = RESIDUAL_CONCAT_CHANNELS
 
 
 def tuner(model, cands):
@@ -57,16 +47,6 @@ def fake_network(factor):
 
     alone_ms = {}
     return measure, runs, alone_ms
-
-
-def draw_candidates(data):
-    cands = {}
-    for name, (ci, co) in SHAPES.items():
-        pairs = data.draw(st.lists(st.tuples(st.sampled_from([x for x in (1, 2, 4, 8) if ci % x == 0]),
-                                             st.sampled_from([x for x in (1, 2, 4, 8) if co % x == 0])),
-                                   min_size=1, max_size=3, unique=True))
-        cands[name] = [(i, o, data.draw(st.floats(1e-6, 1e-4))) for i, o in pairs]
-    return cands
 
 
 def run_calibration(model, cands, factor, max_rounds=20):

@@ -210,29 +210,35 @@ def test_two_consumers_share_one_transform():
     assert sorted(into_8[0].consumers) == ["c1", "c2"]
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.data())
-def test_random_candidates_on_a_residual_concat_net(data):
+RESIDUAL_CONCAT_CHANNELS = {"a": (8, 8), "c": (8, 8), "d": (8, 4)}  # conv -> (in, out) channels
+
+
+def residual_concat_net():
+    """Three convs, a residual add and a concat of the add and a conv, then a classifier head."""
     b = GraphBuilder("mixed")
     x = b.input((1, 8, 8, 8))
     a = b.conv(x, 8, 3, padding=1, name="a")
     c = b.conv(b.relu(a), 8, 5, padding=2, name="c")
     s = b.add(c, a, name="s")
     d = b.conv(s, 4, 1, name="d")
-    cat = b.concat([s, d], name="cat")
-    m = b.build(head(b, cat))
-    blocks = {"a": (8, 8), "c": (8, 8), "d": (8, 4)}
+    return b.build(head(b, b.concat([s, d], name="cat")))
+
+
+def draw_candidates(data, channels=RESIDUAL_CONCAT_CHANNELS):
+    """1-3 random (in block, out block, seconds) candidates per conv, blocks dividing its channels."""
     cands = {}
-    for name, (ci, co) in blocks.items():
-        pairs = data.draw(
-            st.lists(
-                st.tuples(st.sampled_from([x for x in (1, 2, 4, 8) if ci % x == 0]),
-                          st.sampled_from([x for x in (1, 2, 4, 8) if co % x == 0])),
-                min_size=1, max_size=3, unique=True,
-            )
-        )
+    for name, (ci, co) in channels.items():
+        pairs = data.draw(st.lists(st.tuples(st.sampled_from([x for x in (1, 2, 4, 8) if ci % x == 0]),
+                                             st.sampled_from([x for x in (1, 2, 4, 8) if co % x == 0])),
+                                   min_size=1, max_size=3, unique=True))
         cands[name] = [(i, o, data.draw(st.floats(1e-6, 1e-4))) for i, o in pairs]
-    check(m, cands, blocks=(1, 2, 4, 8))
+    return cands
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_random_candidates_on_a_residual_concat_net(data):
+    check(residual_concat_net(), draw_candidates(data), blocks=(1, 2, 4, 8))
 
 
 @settings(max_examples=25, deadline=None)

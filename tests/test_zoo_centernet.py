@@ -10,13 +10,13 @@ import pytest
 
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.cli import main
-from graph_tuner.executor import compile_model, uniform_plan
+from graph_tuner.executor import uniform_plan
 from graph_tuner.layout_flow import analyse
 from graph_tuner.model import conv_transpose_macs
 from graph_tuner.onnx_export import save_onnx
 from graph_tuner.zoo import get_model
 from graph_tuner.zoo.centernet import centernet_dla34, dla34_levels
-from test_zoo_modern_cnns import _trainable_params, _uniform_log
+from test_zoo_modern_cnns import _trainable_params, assert_runs_as
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -111,12 +111,4 @@ def test_runs_as_onnxruntime(tmp_path, monkeypatch, capsys):
     want = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"data": x})
     assert [w.shape for w in want] == [(1, 80, 16, 16), (1, 2, 16, 16), (1, 2, 16, 16)]
     assert all(np.abs(w).max() > 0.1 for w in want)
-    for got, w in zip(compile_model(m, uniform_plan(m, 16)).run(x), want):
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=2e-5 * np.abs(w).max())
-    log = _uniform_log(m, tmp_path / "opt.log")
-    np.save(tmp_path / "x.npy", x)
-    assert main(["run", str(onnx_path), "--records", str(log), "--transform-records", str(log), "--input",
-                 str(tmp_path / "x.npy"), "--save-output", str(tmp_path / "y.npy"), "--repeat", "2",
-                 "--no-retime", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["median_ms"] > 0
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want[0], rtol=1e-4, atol=2e-5 * np.abs(want[0]).max())
+    assert_runs_as(m, uniform_plan(m, 16), onnx_path, x, want, tmp_path, capsys)

@@ -133,6 +133,21 @@ def _uniform_log(model, path, block=16):
     return path
 
 
+def assert_runs_as(m, plan, onnx_path, x, want, tmp_path, capsys) -> None:
+    """``plan``'s outputs, and `run` on the ONNX export with the uniform plan's log, equal
+    onnxruntime's ``want`` on ``x`` (float32 sums of thousands of terms in another order: the
+    errors scale with the outputs)."""
+    for got, w in zip(compile_model(m, plan).run(x), want):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=2e-5 * np.abs(w).max())
+    log = _uniform_log(m, tmp_path / "opt.log")
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(onnx_path), "--records", str(log), "--transform-records", str(log), "--input",
+                 str(tmp_path / "x.npy"), "--save-output", str(tmp_path / "y.npy"), "--repeat", "2",
+                 "--no-retime", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["median_ms"] > 0
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want[0], rtol=1e-4, atol=2e-5 * np.abs(want[0]).max())
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_run_matches_onnxruntime(name, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
@@ -171,13 +186,4 @@ def test_small_build_runs_as_onnxruntime(name, tmp_path, monkeypatch, capsys):
     grouped = [lc for lc in plan.layers if 1 < lc.workload.groups < lc.workload.in_channels]
     assert all(lc.in_block > 1 and lc.workload.kernel_shape[1] % lc.in_block == 0 for lc in grouped)
     assert bool(grouped) == (name != "yolov5s")
-    # float32 sums of thousands of terms in another order: the errors scale with the outputs
-    for got, w in zip(compile_model(m, plan).run(x), want):
-        np.testing.assert_allclose(got, w, rtol=1e-4, atol=2e-5 * np.abs(w).max())
-    log = _uniform_log(m, tmp_path / "opt.log")
-    np.save(tmp_path / "x.npy", x)
-    assert main(["run", str(onnx_path), "--records", str(log), "--transform-records", str(log), "--input",
-                 str(tmp_path / "x.npy"), "--save-output", str(tmp_path / "y.npy"), "--repeat", "2",
-                 "--no-retime", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["median_ms"] > 0
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want[0], rtol=1e-4, atol=2e-5 * np.abs(want[0]).max())
+    assert_runs_as(m, plan, onnx_path, x, want, tmp_path, capsys)
