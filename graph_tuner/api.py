@@ -155,33 +155,34 @@ class GraphTuner:
         if not isinstance(calibrate, int) or isinstance(calibrate, bool) or calibrate < 0:
             raise GraphTunerError(f"--calibrate must be a number of runs >= 0, got {calibrate!r}")
         if self.kind == "cuda":
+            if calibrate:
+                raise GraphTunerError("--calibrate runs the plan on this CPU: it needs an x86 target ('llvm ...')")
             return self._cuda_plan()
         measurer = self._measurer(measure)
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
 
-        def keep(keys: list) -> Mapping:  # what is measured alone is known to every later solve
-            got = measurer(keys)
-            self.transforms.seconds.update(got)
-            return got
-
         def best(costs: InNetworkCosts) -> Plan:
             return select_measuring(self.flow, costs.candidates(self.candidates),
-                                    costs.transform_costs(self.transforms.seconds), measurer and keep, self._blocks(),
-                                    method=solver, time_limit=time_limit, estimated=self.transforms.estimated,
-                                    step_ms=costs.step_costs(self.step_ms), target=self.target, notes=list(notes))
+                                    costs.transform_costs(self.transforms.seconds), self._keeping(measurer),
+                                    self._blocks(), method=solver, time_limit=time_limit,
+                                    estimated=self.transforms.estimated, step_ms=costs.step_costs(self.step_ms),
+                                    target=self.target, notes=list(notes))
 
+        costs = InNetworkCosts()
         if calibrate:
             from graph_tuner.calibration import calibrate as run_calibration
             from graph_tuner.plan_run import InNetworkTimer
 
-            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0)), max_rounds=calibrate)
+            self._check_calibration_cpu()
+            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0)), max_rounds=calibrate,
+                                        costs=costs)
             plan.notes.append(cal.note)
         else:
-            plan = best(InNetworkCosts())
+            plan = best(costs)
         plan.baselines_ms = {}
-        for name in ("history_best", "default"):
-            base = self.baseline_plan(name, measure=measurer)
+        for name in ("history_best", "default"):  # under the same costs as the plan (in-network if calibrated)
+            base = self.baseline_plan(name, measure=measurer, costs=costs)
             plan.baselines_ms[name] = None if base is None else base.cost
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
@@ -209,19 +210,48 @@ class GraphTuner:
         match = [c for c in cs if (c.in_block, c.out_block) == (config.ic_bn, config.oc_bn)]
         return [min(match, key=lambda c: c.time)] if match else []
 
-    def baseline_plan(self, name: str, measure: bool | Callable = False) -> Plan | None:
+    def baseline_plan(self, name: str, measure: bool | Callable = False,
+                      costs: InNetworkCosts | None = None) -> Plan | None:
         """A reference plan under the same cost model (None if the log cannot form it).
 
         ``history_best``: each layer's fastest record, whatever its layouts.
         ``default``: each layer at AutoTVM's default layouts (SIMD-width blocks).
-        Both let adds and concats take their best layout, which favours them.
+        Both let adds and concats take their best layout, which favours them. ``costs``:
+        the in-network costs a calibrated plan was solved with (:mod:`graph_tuner.calibration`).
         """
         fixed = self._baseline_picks(name)
         if fixed is None:
             return None
-        return select_measuring(self.flow, fixed, self.transforms.seconds, self._measurer(measure), self._blocks(),
+        costs = costs or InNetworkCosts()
+        return select_measuring(self.flow, costs.candidates(fixed), costs.transform_costs(self.transforms.seconds),
+                                self._keeping(self._measurer(measure)), self._blocks(),
                                 solver=f"{name} (dp over joins)", estimated=self.transforms.estimated,
-                                step_ms=self.step_ms, target=self.target)
+                                step_ms=costs.step_costs(self.step_ms), target=self.target)
+
+    def _keeping(self, measurer: Callable | None) -> Callable | None:
+        """``measurer``, with what it measures also kept in ``self.transforms`` for later solves
+        (a solve may be handed a copy of the costs: calibrated ones)."""
+        if measurer is None:
+            return None
+
+        def keep(keys: list) -> Mapping:
+            got = measurer(keys)
+            self.transforms.seconds.update(got)
+            return got
+
+        return keep
+
+    def _check_calibration_cpu(self) -> None:
+        """Calibrated records carry this CPU's times under their target string: only for records
+        timed on this CPU."""
+        from kernels.jit import host_cpu
+
+        host = host_cpu().name
+        other = sorted({c for r in self.log.records if r.target_kind == "llvm" and (c := target_cpu(r.target))
+                        and c != host})
+        if other:
+            raise GraphTunerError(f"--calibrate writes this CPU's ({host}) in-network times into the records, which "
+                                  f"were timed on {', '.join(other)}; tune here first (graph-tuner tune MODEL -o LOG)")
 
     def _cuda_plan(self) -> Plan:
         best = cand.best_per_workload(self.log, self.workloads, target=self.target)

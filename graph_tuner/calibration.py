@@ -22,8 +22,8 @@ Where every candidate of a layer slows down in the network like its measured one
 plan it stops at is optimal for in-network costs. That is an estimate, not a bound: with
 bounds (the alone time, or the lowest ratio), the loop ran 6-10 times without stopping on
 MobileNet-v2 and DenseNet-121, each run measuring near-ties that in-network noise (a few
-percent a step) reorders. With the median it stops in 1-5 runs on the five bench models
-(benchmarks/README.md). A cost also depends a little on its neighbours' choices; each is
+percent a step) reorders. With the median it stopped in 2-5 runs on four of the five bench
+models and reached the cap of 10 on DenseNet-121 (benchmarks/README.md). A cost also depends a little on its neighbours' choices; each is
 taken from the latest plan that used it.
 
 >>> c = InNetworkCosts()
@@ -162,5 +162,6 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
     note = (f"calibrated in the network: {rounds} run(s) of candidate plans; every cost of this plan is its "
             f"in-network median (solved with the times taken alone, the plan predicted {first:.3f} ms)"
             if not left else
-            f"calibration stopped after {rounds} run(s): {left} cost(s) of this plan are still times taken alone")
+            f"calibration stopped after {rounds} run(s): {left} cost(s) of this plan are still estimates (times "
+            "taken alone, scaled by their layer's median in-network ratio)")
     return plan, Calibration(rounds, not left, costs, first, note)

@@ -82,7 +82,14 @@ class RunResult:
 
 
 def seeded_input(model, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
+    """The first input, seeded random normal."""
+    return seeded_inputs(model, seed)[0]
+
+
+def seeded_inputs(model, seed: int = 0) -> list[np.ndarray]:
+    """Every input of ``model``, seeded random normal (in the model's input order)."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(model.op(name).shape, dtype=np.float32) for name in model.inputs]
 
 
 def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | None = None, repeat: int = 30,
@@ -124,7 +131,7 @@ class InNetworkTimer:
         from graph_tuner.executor import Profile, compile_model
 
         prog = compile_model(self.model, plan, self.params)
-        prog.set_inputs(seeded_input(self.model))
+        prog.set_inputs(*seeded_inputs(self.model))
         if self.reference is None:
             profile = Profile.median([prog.profile(repeat=self.repeat) for _ in range(self.rounds)])
             self.reference = (prog, profile.total_ms)

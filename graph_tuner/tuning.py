@@ -303,8 +303,10 @@ def tune_workloads(
     from kernels.tuner import tune
 
     per = [trials] * len(workloads) if isinstance(trials, int) else list(trials)
-    if len(per) != len(workloads) or min(per, default=1) < 1:
-        raise GraphTunerError(f"--trials must be >= 1 for each of the {len(workloads)} workloads, got {trials}")
+    if len(per) != len(workloads):
+        raise ValueError(f"{len(per)} trial counts for {len(workloads)} workloads")  # a caller's bug
+    if min(per, default=1) < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {min(per)}")
     if time_budget is not None and not time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     path = prepare_log(log_path)
@@ -527,7 +529,10 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
     workloads = m.distinct_workloads()
-    kwargs["trials"] = trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS))
+    trials = kwargs.get("trials", DEFAULT_TRIALS)
+    if not isinstance(trials, int) or trials < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+    kwargs["trials"] = trial_budget(workloads, trials)
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
         target = host_target()

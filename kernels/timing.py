@@ -57,11 +57,13 @@ def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.nd
 
     >>> seen = []
     >>> bind = lambda w, x: (lambda: seen.append((w.ctypes.data, x.ctypes.data, w.shape)))
-    >>> run = cold_arrays(bind, {"w": np.ones((2, 8), np.float32), "x": np.ones(4, np.float32)}, ["w"],
-    ...                   total_bytes=192)
+    >>> w = np.ones((2, 8), np.float32)
+    >>> run = cold_arrays(bind, {"w": w, "x": np.ones(4, np.float32)}, ["w"], total_bytes=3 * 128)
     >>> for _ in range(4): run()
     >>> len({w for w, _, _ in seen}), len({x for _, x, _ in seen}), {s for _, _, s in seen}  # 3 places of w, one x
     (3, 1, {(2, 8)})
+    >>> {a % 64 for a, _, _ in seen} == {w.ctypes.data % 64}  # each copy as far into a line as w
+    True
     """
     if total_bytes is None:
         from kernels.jit import host_cpu
@@ -74,9 +76,10 @@ def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.nd
     runs, offset = [bind(**arrays)], 0
     for _ in range(copies - 1):
         views = {}
-        for n in cold:  # random values of the right shape, each copy at its own addresses
+        for n in cold:  # each copy at its own addresses, as far past a cache line as the original
             a = arrays[n]
-            views[n] = pool[offset:offset + a.size].reshape(a.shape)
+            start = offset + (a.ctypes.data % (4 * _ALIGN)) // 4
+            views[n] = pool[start:start + a.size].reshape(a.shape)
             offset += _padded(a.size)
         runs.append(bind(**{**arrays, **views}))
     turn = itertools.cycle(runs)
@@ -87,18 +90,20 @@ def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.nd
     return run
 
 
-_ALIGN = 16  # floats: each view starts on a 64-byte cache line, as a fresh numpy array does
+_ALIGN = 16  # floats in a 64-byte cache line
 _pool = np.empty(0, np.float32)
 
 
 def _padded(size: int) -> int:
-    return -(-size // _ALIGN) * _ALIGN
+    """Floats a copy takes in the pool: its own, up to a line of offset, rounded to lines."""
+    return -(-(size + _ALIGN) // _ALIGN) * _ALIGN
 
 
 def _cold_pool(floats: int) -> np.ndarray:
-    """A random-filled float32 buffer of at least ``floats``, 64-byte aligned, kept for the
-    process: cold copies are views into it, not fresh copies a call (copying a layer's
-    weights 30-60 times took 13% of tuning DenseNet-121's workloads)."""
+    """A float32 buffer of at least ``floats`` starting on a cache line, random-filled once and
+    kept for the process: cold copies are views into it, not fresh copies a call (copying a
+    layer's weights 30-60 times took 13% of tuning DenseNet-121's workloads). Its values are
+    whatever was last written there (a transform's timed output, say): finite, not a pattern."""
     global _pool
     if _pool.size < floats:
         raw = np.random.default_rng(0).uniform(-1.0, 1.0, size=floats + _ALIGN).astype(np.float32)

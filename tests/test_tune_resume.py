@@ -21,6 +21,7 @@ import pytest
 
 import tune_kill
 from graph_tuner.records import read_records
+from graph_tuner.tuning import finalist_budget
 from kernels.tuner import CONFIRM_ROUNDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,14 +79,14 @@ def reference(tmp_path_factory):
         seen.add(key)
     first_w2 = next(k for k, obj in enumerate(convs, 1) if obj["input"] != convs[0]["input"])
     retimes = [k for k, p in enumerate(phases, 1) if p == "retime"]
-    assert phases[:tune_kill.TRIALS] == ["search"] * tune_kill.TRIALS
-    # each workload: CONFIRM finalists, each re-timed in 3 rounds
-    assert len(retimes) == 2 * tune_kill.CONFIRM * CONFIRM_ROUNDS
+    assert phases[:tune_kill.TRIALS[0]] == ["search"] * tune_kill.TRIALS[0]
+    # each workload: its finalists (4 for the full budget, 2 for half of it), each re-timed in 3 rounds
+    assert len(retimes) == sum(finalist_budget(tune_kill.TRIALS, tune_kill.CONFIRM)) * CONFIRM_ROUNDS == 18
     assert sum(obj["result"][1] != 0 for obj in convs) > 0  # failed measurements are part of it
     assert len(transforms) > 4 and len(text.splitlines()) == len(convs) + len(transforms)
     w1_retimes = [k for k in retimes if k < first_w2]
     points = {
-        "search-first": 1, "search-mid": tune_kill.TRIALS // 2, "retime-first": w1_retimes[0],
+        "search-first": 1, "search-mid": tune_kill.TRIALS[0] // 2, "retime-first": w1_retimes[0],
         "retime-round-2": w1_retimes[tune_kill.CONFIRM + 1], "retime-last": w1_retimes[-1],
         "second-workload-search": first_w2, "last-measurement": len(convs),
         "transform-first": 1, "transform-mid": len(transforms) // 2,

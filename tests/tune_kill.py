@@ -23,8 +23,8 @@ WORKLOADS = [
     (Conv2DWorkload((1, 16, 6, 6), (16, 16, 3, 3), padding=(1, 1, 1, 1)), 2),
     (Conv2DWorkload((1, 16, 6, 6), (32, 16, 1, 1)), 1),
 ]
-TRIALS = 24
-CONFIRM = 4  # finalists per workload, each re-timed CONFIRM_ROUNDS times
+TRIALS = [24, 12]  # per workload, as tune_model's trial_budget gives them
+CONFIRM = 4  # finalists for a full budget (fewer for a reduced one), each re-timed CONFIRM_ROUNDS times
 
 
 def conv_seconds(workload, config) -> float:

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transform-records", metavar="F", help="AutoTVM layout_transform records to use instead of measuring")
     p.add_argument("--estimate-transforms", action="store_true", help="estimate missing transform costs from the known ones (per-element model)")
     p.add_argument("--calibrate", type=nonnegative_int, default=0, metavar="RUNS",
-                   help="run the plan on this CPU up to RUNS times (3-4 usually suffice), each time re-costing what it "
+                   help="run the plan on this CPU up to RUNS times (2-5 usually suffice), each time re-costing what it "
                         "uses with its time inside the network, and solve again: the plan and its records then carry "
                         "the times the network pays (default 0: times taken alone, from the log)")
     p.add_argument("--report", metavar="R", help="also write the report as JSON to R")
