@@ -152,6 +152,7 @@ def run_conv_job(job: ConvJob) -> JobReport:
         elif measured.get(msg["index"]) is None:  # as logged(): a success beats a failure
             measured[msg["index"]] = msg["seconds"]
     summary = WorkloadSummary.from_log(job.workload, job.count, measured)
+    summary.trials = job.trials
     measure = job.measure or KernelTimer(epilogues={job.workload: job.epilogue})
 
     def on_measure(m) -> None:

@@ -198,6 +198,7 @@ class WorkloadSummary:
     pairs: set[tuple[int, int]] = field(default_factory=set)  # (ic_bn, oc_bn) with a measurement
     wall_seconds: float = 0.0
     others_share: float | None = None  # other processes' share of the cores meanwhile (host_state.OtherLoad)
+    trials: int | None = None  # this workload's budget (trial_budget)
 
     @classmethod
     def from_log(cls, workload: Conv2DWorkload, count: int, previous: dict[int, float | None]) -> WorkloadSummary:
@@ -231,7 +232,8 @@ class WorkloadSummary:
     def line(self, i: int, n: int) -> str:
         best = (f"best {self.best_seconds * 1e3:.3f} ms ({self.best_gflops:.1f} GFLOP/s)"
                 if self.best_seconds else "no successful measurement")
-        return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged trials, "
+        of = f" of {self.trials}" if self.trials is not None else ""
+        return (f"[{i}/{n}] {describe(self.workload)} x{self.count}: {self.new} new + {self.resumed} logged{of} trials, "
                 f"{self.errors} failed, {len(self.pairs)} layout pairs, {self.confirmed} re-timings of winners, {best}, "
                 f"{self.wall_seconds:.1f} s" + self.contention_note())
 
@@ -325,6 +327,7 @@ def tune_workloads(
             if time_budget is not None:
                 budget = max((time_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
             summary = WorkloadSummary.from_log(w, count, previous)
+            summary.trials = trials
             bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
                        unit="trial", disable=not progress, leave=True)
 

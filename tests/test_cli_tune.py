@@ -23,6 +23,7 @@ def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):
     assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3"]) == 0
     out = capsys.readouterr().out
     assert "[1/2]" in out and "[2/2]" in out and "GFLOP/s" in out
+    assert out.count("3 new + 0 logged of 3 trials") == 2  # each workload's budget (the floor: all 3)
     assert "host while tuning: one-thread conv " in out  # the host's speed, first and last
     parsed = read_records(log)
     # 3 trials per workload, then each workload's winners (one per layout pair, <= 3) re-timed 3 times
