@@ -5,7 +5,9 @@ One solver node per decision (see :mod:`graph_tuner.layout_flow`):
 * a conv layer: one choice per candidate, cost = its kernel time;
 * a join (add/concat/multiply): one choice per block dividing all its inputs' channels, cost 0
   (the elementwise op costs the same in any layout); a channel slice likewise, its block
-  dividing its input's channels, its start and its length. A residual add that convs' epilogues
+  dividing its input's channels, its start and its length; a transposed conv likewise, its
+  block dividing its input and output channels (its kernel runs in any block: cost 0 here,
+  its time per block is a step cost when steps are costed). A residual add that convs' epilogues
   can absorb (``flow.residual``) must take the output block of one of them: an edge to
   each forbids (``inf``) the other blocks. With two such convs (a projection shortcut),
   the add's choices are (block, absorbing conv) pairs, so "one of them" stays pairwise;
