@@ -126,10 +126,16 @@ class GraphTuner:
 
     # -- solving ---------------------------------------------------------------------
     def _measurer(self, measure) -> Callable | None:
-        """What measures transforms for :func:`select_measuring`: ``measure`` itself if callable;
-        True: this CPU's cache, else timed here (and cached); False: nothing."""
+        """What measures transforms for :func:`select_measuring`: ``measure`` itself if callable
+        (what it returns also kept in ``self.transforms``, for later solves); True: this CPU's
+        cache, else timed here (and cached); False: nothing."""
         if callable(measure):
-            return measure
+            def keep(keys: list) -> Mapping:
+                got = measure(keys)
+                self.transforms.seconds.update(got)
+                return got
+
+            return keep
         if not measure:
             return None
 
@@ -164,8 +170,8 @@ class GraphTuner:
 
         def best(costs: InNetworkCosts) -> Plan:
             return select_measuring(self.flow, costs.candidates(self.candidates),
-                                    costs.transform_costs(self.transforms.seconds), self._keeping(measurer),
-                                    self._blocks(), method=solver, time_limit=time_limit,
+                                    costs.transform_costs(self.transforms.seconds), measurer, self._blocks(),
+                                    method=solver, time_limit=time_limit,
                                     estimated=self.transforms.estimated, step_ms=costs.step_costs(self.step_ms),
                                     target=self.target, notes=list(notes))
 
@@ -224,31 +230,14 @@ class GraphTuner:
             return None
         costs = costs or InNetworkCosts()
         return select_measuring(self.flow, costs.candidates(fixed), costs.transform_costs(self.transforms.seconds),
-                                self._keeping(self._measurer(measure)), self._blocks(),
+                                self._measurer(measure), self._blocks(),
                                 solver=f"{name} (dp over joins)", estimated=self.transforms.estimated,
                                 step_ms=costs.step_costs(self.step_ms), target=self.target)
-
-    def _keeping(self, measurer: Callable | None) -> Callable | None:
-        """``measurer``, with what it measures also kept in ``self.transforms`` for later solves
-        (a solve may be handed a copy of the costs: calibrated ones)."""
-        if measurer is None:
-            return None
-
-        def keep(keys: list) -> Mapping:
-            got = measurer(keys)
-            self.transforms.seconds.update(got)
-            return got
-
-        return keep
 
     def _check_calibration_cpu(self) -> None:
         """Calibrated records carry this CPU's times under their target string: only for records
         timed on this CPU."""
-        from kernels.jit import host_cpu
-
-        host = host_cpu().name
-        other = sorted({c for r in self.log.records if r.target_kind == "llvm" and (c := target_cpu(r.target))
-                        and c != host})
+        host, other = _foreign_cpus(self.log)
         if other:
             raise GraphTunerError(f"--calibrate writes this CPU's ({host}) in-network times into the records, which "
                                   f"were timed on {', '.join(other)}; tune here first (graph-tuner tune MODEL -o LOG)")
@@ -319,14 +308,19 @@ def apply_records(
                   target=recs[0].target)
 
 
-def _foreign_cpu_warnings(log, records) -> list[str]:
-    """A warning when the x86 records were timed on other CPUs than this one: the plan is
-    then optimal for that machine's times, and ``run``'s prediction is that machine's."""
+def _foreign_cpus(log) -> tuple[str, list[str]]:
+    """This CPU's LLVM name, and the other CPUs the log's x86 records were timed on."""
     from kernels.jit import host_cpu
 
     host = host_cpu().name
-    cpus = sorted({c for r in (*log.records, *log.transforms)
-                   if r.target_kind == "llvm" and (c := target_cpu(r.target)) and c != host})
+    return host, sorted({c for r in (*log.records, *log.transforms)
+                         if r.target_kind == "llvm" and (c := target_cpu(r.target)) and c != host})
+
+
+def _foreign_cpu_warnings(log, records) -> list[str]:
+    """A warning when the x86 records were timed on other CPUs than this one: the plan is
+    then optimal for that machine's times, and ``run``'s prediction is that machine's."""
+    host, cpus = _foreign_cpus(log)
     if not cpus:
         return []
     where = f"{records}" if isinstance(records, (str, os.PathLike)) else "the records"

@@ -77,42 +77,49 @@ class InNetworkCosts:
         self.transforms.update({k: sum(v) / len(v) for k, v in by_key.items()})
 
     def candidates(self, candidates: Mapping[str, list]) -> dict[str, list]:
-        """``candidates`` at their in-network times: measured where measured (the record's
-        costs too, so a written plan log carries the time the network pays), else the alone
-        time scaled by the median in-network / alone ratio measured for the layer."""
+        """``candidates`` at their in-network times (:func:`rescaled`, per layer); a measured
+        time also goes into the record's costs, so a written plan log carries what the network
+        pays."""
         out = {}
         for layer, cs in candidates.items():
             seen = {c.config: self.convs[(layer, c.config)] for c in cs if (layer, c.config) in self.convs}
-            ratio = _median([seen[c.config] / c.time for c in cs if c.config in seen and c.time > 0])
-            out[layer] = [_at(c, seen[c.config], measured=True) if c.config in seen else
-                          c if ratio == 1.0 else _at(c, c.time * ratio, measured=False) for c in cs]
+            if not seen:
+                out[layer] = cs
+                continue
+            cost = rescaled({c.config: c.time for c in cs}, seen)
+            out[layer] = [_at(c, cost[c.config], measured=c.config in seen) for c in cs]
         return out
 
     def step_costs(self, step_ms: Mapping[str, Mapping[int, float]] | None) -> dict[str, dict[int, float]] | None:
-        """The other steps' costs (step -> block -> ms): measured in the network where
-        measured, else alone scaled by the step's median in-network / alone ratio."""
+        """The other steps' costs, step -> block -> ms (:func:`rescaled`, per step)."""
         if step_ms is None:
             return None
-        out = {}
-        for name, by_block in step_ms.items():
-            seen = {b: self.steps[(name, b)] for b in by_block if (name, b) in self.steps}
-            ratio = _median([seen[b] / ms for b, ms in by_block.items() if b in seen and ms > 0])
-            out[name] = {b: seen.get(b, ms * ratio) for b, ms in by_block.items()}
+        return {name: rescaled(by_block, {b: self.steps[(name, b)] for b in by_block if (name, b) in self.steps})
+                for name, by_block in step_ms.items()}
+
+    def transform_costs(self, seconds: Mapping[TransformKey, float]) -> Mapping[TransformKey, float]:
+        """Transform costs in seconds (:func:`rescaled`, per tensor shape); ``seconds`` itself
+        while none was measured in the network."""
+        if not self.transforms:
+            return seconds
+        out = dict(seconds)
+        for shape in {k[0] for k in self.transforms}:
+            alone = {k: t for k, t in seconds.items() if k[0] == shape}
+            out.update(rescaled(alone, {k: t for k, t in self.transforms.items() if k[0] == shape}))
         return out
 
-    def transform_costs(self, seconds: Mapping[TransformKey, float]) -> dict[TransformKey, float]:
-        """Transform costs (seconds) known alone, in-network where measured, else scaled by
-        the median in-network / alone ratio measured for transforms of the same shape."""
-        ratios: dict[tuple, list[float]] = {}
-        for k, t in self.transforms.items():
-            if seconds.get(k, 0) > 0:
-                ratios.setdefault(k[0], []).append(t / seconds[k])
-        return {k: self.transforms.get(k, t * _median(ratios.get(k[0], []))) for k, t in seconds.items()} | self.transforms
 
+def rescaled(alone: Mapping, measured: Mapping) -> dict:
+    """One group's costs (a layer's candidates, a step's blocks, a shape's transforms): the
+    in-network time where ``measured``, else the time taken alone times the group's median
+    in-network / alone ratio (1 while none is measured).
 
-def _median(ratios: list[float]) -> float:
-    """The typical in-network / alone ratio (1 when none is measured)."""
-    return statistics.median(ratios) if ratios else 1.0
+    >>> rescaled({"a": 1.0, "b": 2.0, "c": 4.0}, {"a": 3.0, "b": 8.0})  # ratios 3 and 4: c at 3.5x
+    {'a': 3.0, 'b': 8.0, 'c': 14.0}
+    """
+    ratios = [measured[k] / t for k, t in alone.items() if k in measured and t > 0]
+    ratio = statistics.median(ratios) if ratios else 1.0
+    return {**{k: t * ratio for k, t in alone.items()}, **measured}
 
 
 def _at(candidate, seconds: float, measured: bool):

@@ -481,12 +481,11 @@ def tune_on_cluster(
     from graph_tuner.loading import load_model
     from graph_tuner.tuning import trial_budget, workload_epilogues
 
-    if trials < 1:
-        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
     if time_budget is not None and not time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     m = load_model(model, batch=batch)
     workloads = m.distinct_workloads()
+    budget = trial_budget(workloads, trials)  # before connecting: a bad --trials fails at once
     client, owned = connect(cluster)
     run = None
     start = time.perf_counter()
@@ -511,8 +510,7 @@ def tune_on_cluster(
 
         run = _Run(client, groups, workers, bar, emit, measure=measure, measure_transform=measure_transform)
         epilogues = {} if measure is not None else workload_epilogues(m)
-        pending = as_completed(run.submit_convs(workloads, epilogues, trials=trial_budget(workloads, trials),
-                                                time_budget=time_budget,
+        pending = as_completed(run.submit_convs(workloads, epilogues, trials=budget, time_budget=time_budget,
                                                 confirm=confirm), loop=client.loop)
         for future in pending:
             group = run.finish(future)

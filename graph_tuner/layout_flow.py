@@ -146,13 +146,12 @@ def analyse(model: Model) -> LayoutFlow:
             source[op.name] = op.name
             for i in four_d_inputs:
                 require(i, op.name, op.name)
-        elif op.kind in SLICE_KINDS and _is_4d(op):
-            c, begin, end = model.op(op.inputs[0]).shape[1], op.attrs["begin"], op.attrs["end"]
-            decisions[op.name] = Decision(op.name, op.kind, (c, begin, end - begin))
-            source[op.name] = op.name
-            require(op.inputs[0], op.name, op.name)
-        elif op.kind in TRANSPOSED_CONV_KINDS and _is_4d(op):
-            decisions[op.name] = Decision(op.name, op.kind, (model.op(op.inputs[0]).shape[1], op.shape[1]))
+        elif op.kind in SLICE_KINDS | TRANSPOSED_CONV_KINDS and _is_4d(op):
+            # One block for the input and the output, dividing every count in `channels`.
+            c = model.op(op.inputs[0]).shape[1]
+            channels = ((c, op.attrs["begin"], op.attrs["end"] - op.attrs["begin"]) if op.kind in SLICE_KINDS
+                        else (c, op.shape[1]))
+            decisions[op.name] = Decision(op.name, op.kind, channels)
             source[op.name] = op.name
             require(op.inputs[0], op.name, op.name)
         elif op.kind in AGNOSTIC_KINDS and len(four_d_inputs) == 1 and _is_4d(op):

@@ -226,12 +226,13 @@ def conv_transpose_macs(op: Op, input_shape: tuple[int, ...]) -> int:
     >>> conv_transpose_macs(op, (1, 8, 4, 4))  # 8 channels x 8 x 8 outputs x (2 x 2 taps, 1 at an edge)
     1568
     """
+    from kernels.conv_transpose import axis_taps  # the kernel's own rule for which taps land
+
     a = op.attrs
     taps = []
     for axis in (0, 1):
         size, k, s, pad = input_shape[2 + axis], a["kernel_size"][axis], a["strides"][axis], a["padding"][axis]
-        taps.append(sum(1 for o in range(op.shape[2 + axis]) for j in range(k)
-                        if (o + pad - j) % s == 0 and 0 <= (o + pad - j) // s < size))
+        taps.append(sum(len(axis_taps(o, size, k, s, pad)) for o in range(op.shape[2 + axis])))
     return op.shape[0] * op.shape[1] * (input_shape[1] // a["groups"]) * taps[0] * taps[1]
 
 
@@ -246,17 +247,13 @@ def _random_params(ops: list[Op], seed: int) -> dict[str, dict[str, np.ndarray]]
     for op in ops:
         m_in = [moment[i] for i in op.inputs]
         p: dict[str, np.ndarray] = {}
-        if op.kind in ("conv2d", "dense"):
+        if op.kind in ("conv2d", "dense", "conv_transpose"):
             w = op.weights["weight"]
-            fan_in = math.prod(w[1:])
-            p["weight"] = normal(math.sqrt(1.0 / (fan_in * max(m_in[0], 1e-6))), w)
-            m = 1.0
-            if "bias" in op.weights:
-                p["bias"] = normal(0.05, op.weights["bias"])
-                m += 0.0025
-        elif op.kind == "conv_transpose":  # an output sums C_in/groups x (kH x kW / strides) taps
-            w, (sh, sw) = op.weights["weight"], op.attrs["strides"]
-            fan_in = w[0] // op.attrs["groups"] * max(1.0, w[2] * w[3] / (sh * sw))
+            if op.kind == "conv_transpose":  # an output sums C_in/groups x (kH x kW / strides) taps
+                (sh, sw) = op.attrs["strides"]
+                fan_in = w[0] // op.attrs["groups"] * max(1.0, w[2] * w[3] / (sh * sw))
+            else:
+                fan_in = math.prod(w[1:])
             p["weight"] = normal(math.sqrt(1.0 / (fan_in * max(m_in[0], 1e-6))), w)
             m = 1.0
             if "bias" in op.weights:

@@ -48,7 +48,7 @@ def to_onnx(model: Model, params: dict[str, dict[str, np.ndarray]]) -> onnx.Mode
         elif k == "conv_transpose":
             node("ConvTranspose", ins + [const(f"{out}.{n}", p[n]) for n in ("weight", "bias") if n in p],
                  strides=a["strides"], pads=a["padding"], group=a["groups"], kernel_shape=a["kernel_size"],
-                 output_padding=a.get("output_padding", (0, 0)), dilations=(1, 1))
+                 output_padding=a["output_padding"], dilations=(1, 1))
         elif k == "dense":
             node("Gemm", ins + [const(f"{out}.{n}", p[n]) for n in ("weight", "bias") if n in p], transB=1)
         elif k == "batch_norm":

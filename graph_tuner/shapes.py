@@ -57,18 +57,6 @@ def _conv2d(attrs: dict, shapes: list[Shape]) -> Shape:
     return (x[0], attrs["channels"]) + _spatial("conv2d", attrs, x, attrs["kernel_size"], attrs["dilation"], False)
 
 
-def conv_transpose_out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
-                            output_padding: int = 0) -> int:
-    """Output length of a transposed conv (dilation 1) over one spatial axis: each of the
-    ``size`` inputs scatters ``kernel`` taps ``stride`` apart, the ends are cropped by the
-    padding and ``output_padding`` rows are added at the end (ONNX's and PyTorch's rule).
-
-    >>> conv_transpose_out_size(16, 4, 2, 1, 1), conv_transpose_out_size(5, 3, 2, 1, 1, 1)
-    (32, 10)
-    """
-    return (size - 1) * stride + kernel - pad_begin - pad_end + output_padding
-
-
 def _conv_transpose(attrs: dict, shapes: list[Shape]) -> Shape:
     (x,) = shapes
     if len(x) != 4:
@@ -77,12 +65,13 @@ def _conv_transpose(attrs: dict, shapes: list[Shape]) -> Shape:
     if g < 1 or x[1] % g or cout % g:
         raise ValueError(f"groups={g} does not divide channels {x[1]}->{cout}")
     top, left, bottom, right = attrs["padding"]
-    (kh, kw), (sh, sw), (oph, opw) = attrs["kernel_size"], attrs["strides"], attrs.get("output_padding", (0, 0))
+    (kh, kw), (sh, sw), (oph, opw) = attrs["kernel_size"], attrs["strides"], attrs["output_padding"]
     if min(sh, sw) < 1 or min(top, left, bottom, right, oph, opw) < 0 or oph >= sh or opw >= sw:
         raise ValueError(f"conv_transpose needs strides >= 1, paddings >= 0 and output_padding < strides, got "
                          f"strides {(sh, sw)}, padding {attrs['padding']}, output_padding {(oph, opw)}")
-    out = (conv_transpose_out_size(x[2], kh, sh, top, bottom, oph),
-           conv_transpose_out_size(x[3], kw, sw, left, right, opw))
+    from kernels.conv_transpose import out_size  # the kernel's rule: one definition
+
+    out = out_size(x[2], kh, sh, top, bottom, oph), out_size(x[3], kw, sw, left, right, opw)
     if min(out) < 1:
         raise ValueError(f"conv_transpose of {x} with kernel {(kh, kw)}, padding {attrs['padding']} has no output")
     return (x[0], cout) + out

@@ -89,6 +89,9 @@ def trial_budget(workloads: Sequence[tuple[Conv2DWorkload, int]], trials: int) -
     >>> trial_budget([(big, 4), (small, 1)], 40), trial_budget([(big, 1)], 40), trial_budget([(small, 1)], 5)
     ([40, 12], [40], [5])
     """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
+
     def cost(w: Conv2DWorkload, count: int) -> float:
         nbytes = 4 * (math.prod(w.data_shape) + math.prod(w.kernel_shape) + math.prod(w.out_shape))
         return count * max(w.flops, MACHINE_BALANCE * nbytes)
@@ -284,7 +287,8 @@ def tune_workloads(
     ``trials`` each (one count, or one per workload: :func:`trial_budget`).
 
     After a workload's search, the fastest config of each of its ``confirm`` fastest layout
-    pairs (fewer for a reduced trial budget: :func:`finalist_budget`) is timed again in interleaved rounds (:data:`kernels.tuner.CONFIRM_ROUNDS`), each
+    pairs (fewer for a reduced trial budget: :func:`finalist_budget`) is timed again in
+    interleaved rounds (:data:`kernels.tuner.CONFIRM_ROUNDS`), each
     timing logged: the graph tuner takes the median of a config's records, which undoes the
     winner's curse of keeping the fastest of many noisy timings.
 
@@ -532,10 +536,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
     workloads = m.distinct_workloads()
-    trials = kwargs.get("trials", DEFAULT_TRIALS)
-    if not isinstance(trials, int) or trials < 1:
-        raise GraphTunerError(f"--trials must be >= 1, got {trials}")
-    kwargs["trials"] = trial_budget(workloads, trials)
+    kwargs["trials"] = trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
         target = host_target()

@@ -52,6 +52,7 @@ import numpy as np
 from kernels.ir import IntrinsicSet, arg_ptr, decompose, splat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
+from kernels.packing import pack_depthwise_weight
 from kernels.threads import parallel_entry_ir
 
 __all__ = ["ACC_REGISTERS", "ConvTransposeKernel", "ConvTransposeSpec", "axis_taps", "build_conv_transpose",
@@ -89,17 +90,29 @@ class ConvTransposeSpec:
     def out_shape(self) -> tuple[int, int, int, int]:
         n, _, h, w = self.data_shape
         (kh, kw), (sh, sw), (t, l, b, r), (oph, opw) = self.kernel, self.strides, self.padding, self.output_padding
-        return (n, self.channels, (h - 1) * sh + kh - t - b + oph, (w - 1) * sw + kw - l - r + opw)
+        return n, self.channels, out_size(h, kh, sh, t, b, oph), out_size(w, kw, sw, l, r, opw)
 
     @property
     def is_depthwise(self) -> bool:
         """One input channel per output channel and group (channel multiplier 1)."""
         return self.groups == self.data_shape[1] == self.channels
 
+    @functools.lru_cache(maxsize=None)  # per block: the emitter asks for it at every tile
     def span(self, block: int) -> int:
         """Input channels the output block reading the most groups reads (dense packing's ``S``)."""
         cin_g, cout_g = self.data_shape[1] // self.groups, self.channels // self.groups
         return max(((c + block - 1) // cout_g - c // cout_g + 1) * cin_g for c in range(0, self.channels, block))
+
+
+def out_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, output_padding: int = 0) -> int:
+    """Output length of a transposed conv (dilation 1) over one spatial axis: each of the
+    ``size`` inputs scatters ``kernel`` taps ``stride`` apart, the ends are cropped by the
+    padding and ``output_padding`` rows are added at the end (ONNX's and PyTorch's rule).
+
+    >>> out_size(16, 4, 2, 1, 1), out_size(5, 3, 2, 1, 1, 1)
+    (32, 10)
+    """
+    return (size - 1) * stride + kernel - pad_begin - pad_end + output_padding
 
 
 def axis_taps(o: int, size: int, kernel: int, stride: int, pad: int) -> list[tuple[int, int]]:
@@ -314,8 +327,8 @@ def pack_conv_transpose_weight(w: np.ndarray, spec: ConvTransposeSpec, block: in
     b = block or 1
     cin, cout_g, kh, kw = w.shape
     w = np.asarray(w, np.float32)
-    if spec.is_depthwise:
-        return np.ascontiguousarray(w.reshape(cin // b, b, kh, kw).transpose(0, 2, 3, 1))
+    if spec.is_depthwise:  # [C, 1, kH, kW], as a depthwise conv's: the same packing
+        return pack_depthwise_weight(w, b).reshape(cin // b, kh, kw, b)
     cin_g, span = cin // spec.groups, spec.span(b)
     packed = np.zeros((spec.channels // b, span, kh, kw, b), np.float32)
     for co in range(spec.channels):
@@ -330,10 +343,10 @@ class ConvTransposeKernel(Kernel):
     :func:`pack_conv_transpose_weight`."""
 
     def __init__(self, spec: ConvTransposeSpec, block: int, lanes: int | None = None):
-        b = block or 1
+        b = block  # >= 1 (build_conv_transpose)
         (cin, cout), (kh, kw) = (spec.data_shape[1], spec.channels), spec.kernel
         self.spec, self.block = spec, b
-        self.input_shape = blocked_shape(spec.data_shape, b if b > 1 else None)
+        self.input_shape = blocked_shape(spec.data_shape, b if b > 1 else None)  # checks b divides both
         self.output_shape = blocked_shape(spec.out_shape, b if b > 1 else None)
         self.weight_shape = (cin // b, kh, kw, b) if spec.is_depthwise else (cout // b, spec.span(b), kh, kw, b)
         super().__init__(compile_ir(conv_transpose_ir(spec, b, lanes=lanes)), "conv_transpose",
@@ -341,8 +354,12 @@ class ConvTransposeKernel(Kernel):
                               bias=(cout,) if spec.bias else None))
 
 
-@functools.lru_cache(maxsize=None)
 def build_conv_transpose(spec: ConvTransposeSpec, block: int | None, lanes: int | None = None) -> ConvTransposeKernel:
     """Generate, compile and cache a transposed-conv kernel (see the module doc); ``lanes``: the
-    vector width (default the host's widest)."""
-    return ConvTransposeKernel(spec, block or 1, lanes)
+    vector width (default the host's widest). ``block`` None and 1 are one kernel."""
+    return _build(spec, block or 1, lanes)
+
+
+@functools.lru_cache(maxsize=None)
+def _build(spec: ConvTransposeSpec, block: int, lanes: int | None) -> ConvTransposeKernel:
+    return ConvTransposeKernel(spec, block, lanes)

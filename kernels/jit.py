@@ -139,9 +139,14 @@ def set_pool_banded(on: bool) -> None:
     """Let the pool's threads claim items by per-thread bands (the default) or, off, from one
     shared cursor (the pool before bands), for side-by-side benchmarks
     (``benchmarks/pool_ab.py``); takes effect from the next job."""
+    _banded_flag().value = 1 if on else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _banded_flag() -> ctypes.c_int32:
+    """The pool's ``gt_banded`` flag, looked up once (benchmarks set it at every timed call)."""
     _load_pool_runtime()
-    flag = _pool_runtime[0].get_global_value_address("gt_banded")
-    ctypes.c_int32.from_address(flag).value = 1 if on else 0
+    return ctypes.c_int32.from_address(_pool_runtime[0].get_global_value_address("gt_banded"))
 
 
 class CompiledModule:

@@ -106,7 +106,7 @@ def _cold_pool(floats: int) -> np.ndarray:
     whatever was last written there (a transform's timed output, say): finite, not a pattern."""
     global _pool
     if _pool.size < floats:
-        raw = np.random.default_rng(0).uniform(-1.0, 1.0, size=floats + _ALIGN).astype(np.float32)
+        raw = random_array(floats + _ALIGN)
         start = (-raw.ctypes.data // 4) % _ALIGN
         _pool = raw[start:start + floats]
     return _pool

@@ -33,9 +33,12 @@ def nonnegative_int(text: str) -> int:
     0
     """
     try:
-        return 0 if int(text) == 0 else positive_int(text)
-    except (ValueError, argparse.ArgumentTypeError):
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_COUNT}, got {text!r}") from None
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_COUNT}, got {text!r}")
+    return value
 
 
 def nonnegative_seconds(text: str) -> float:

@@ -286,7 +286,7 @@ def _conv_transpose_fn(model: Model, op, p: dict, x: np.ndarray, out: np.ndarray
 
     a = op.attrs
     spec = ConvTransposeSpec(model.op(op.inputs[0]).shape, a["channels"], a["kernel_size"], a["strides"], a["padding"],
-                             a.get("output_padding", (0, 0)), a["groups"], "bias" in p)
+                             a["output_padding"], a["groups"], "bias" in p)
     kernel = build_conv_transpose(spec, block)
     bias = np.ascontiguousarray(p["bias"], np.float32) if "bias" in p else None
     return kernel.bind(x.reshape(kernel.input_shape), pack_conv_transpose_weight(p["weight"], spec, block),

@@ -133,7 +133,7 @@ def _eval(op: Op, xs: list[np.ndarray], p: dict) -> np.ndarray:
         y = conv2d(xs[0], p["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
         return y + _channel(p["bias"], 4) if "bias" in p else y
     if k == "conv_transpose":
-        y = conv_transpose(xs[0], p["weight"], a["strides"], a["padding"], a.get("output_padding", (0, 0)),
+        y = conv_transpose(xs[0], p["weight"], a["strides"], a["padding"], a["output_padding"],
                            a["groups"])
         return y + _channel(p["bias"], 4) if "bias" in p else y
     if k == "dense":
