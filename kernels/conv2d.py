@@ -64,8 +64,8 @@ import numpy as np
 from kernels.config import Conv2DConfig
 from kernels.depthwise import build_depthwise, check_depthwise
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
-from kernels.ir import (BASE_ARGS, MEMCPY_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop,
-                        pad_copy_ir, splat, vector_chunks, vty)
+from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
+                        maybe_loop, pad_copy_ir, splat, tap_range, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
@@ -388,7 +388,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", c.source, c.icb, SCRATCH_ARG))
         phases.append((f"{name}_sub", c.N * c.ICB * c.source.out_height))
     phases.append((f"{name}_item", c.N * c.OCB * c.NB, True))
-    return "".join(functions) + intr.declarations() + PREFETCH_DECL + parallel_entry_ir(name, phases)
+    return "".join(functions) + intr.declarations() + PREFETCH_DECL + MINMAX_DECL + parallel_entry_ir(name, phases)
 
 
 @dataclass
@@ -456,15 +456,7 @@ def _kh_range(f: IRFunction, c: ConvContext) -> tuple[str | int, str | int]:
     the input is read unpadded), or all of them."""
     if not (c.padded and not c.copy_pad and (c.top or c.bottom)):
         return 0, c.KH
-    # Taps kh with 0 <= oh0*sh + kh*dh - top < H.
-    a = f.op(f"sub nsw i64 {c.top}, {f.mul('%oh0', c.sh)}")
-    lo = f.op(f"sdiv i64 {f.add(a, c.dh - 1)}, {c.dh}") if c.dh > 1 else a
-    kh_lo = f.op(f"select i1 {f.op(f'icmp sgt i64 {a}, 0')}, i64 {lo}, i64 0")
-    b = f.op(f"sub nsw i64 {c.H - 1 + c.top}, {f.mul('%oh0', c.sh)}")
-    hi = f.add(f.op(f"sdiv i64 {b}, {c.dh}") if c.dh > 1 else b, 1)
-    hi = f.op(f"select i1 {f.op(f'icmp slt i64 {hi}, {c.KH}')}, i64 {hi}, i64 {c.KH}")
-    kh_hi = f.op(f"select i1 {f.op(f'icmp slt i64 {b}, 0')}, i64 0, i64 {hi}")
-    return kh_lo, kh_hi
+    return tap_range(f, f.add(f.mul("%oh0", c.sh), -c.top), c.H, c.KH, c.dh)
 
 
 def _row_tiles(rb: RowBlock) -> None:

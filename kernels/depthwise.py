@@ -5,8 +5,10 @@ input channels, so instead of broadcasting one input value against a vector of
 weights (the dense template) each output vector is an elementwise FMA of an input
 vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``; a row is
 cut into tiles of ``ow_bn`` columns x ``bn`` channels of accumulators; ``kh`` is a
-loop and ``kw`` is unrolled when ``unroll_kw``. Padding via the same zero-bordered
-scratch copy as :mod:`kernels.conv2d`; same fused epilogue (bias, residual, any activation
+loop over the taps inside the input (bounds per row) and ``kw`` is unrolled when
+``unroll_kw``; border columns run one at a time with only their taps inside the input.
+So padding costs nothing: no zero-bordered copy of the input (which :mod:`kernels.conv2d`
+makes), a pass over a tensor that, for MobileNet-v2's early layers, is too big for L2. Same fused epilogue (bias, residual, any activation
 of :data:`kernels.activations.ACTIVATIONS`).
 The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is packed
 ``[C/bn, 1, KH, KW, 1, bn]`` (:func:`kernels.packing.pack_depthwise_weight`).
@@ -22,20 +24,15 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 
 from kernels.config import Conv2DConfig
 from kernels.activations import activation_key, activation_spec, epilogue
-from kernels.ir import (BASE_ARGS, MEMCPY_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, pad_copy_ir,
-                        vector_chunks, vty)
+from kernels.ir import MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, tap_range, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
-
-SCRATCH_ARG = len(BASE_ARGS)  # data, weight, out, bias, residual, then the padded-input scratch
-
 
 def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     C = workload.in_channels
@@ -58,9 +55,7 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     OH, OW = workload.out_height, workload.out_width
     sh, sw = workload.strides
     dh, dw = workload.dilation
-    top, left, bottom, right = workload.padding
-    padded = any(workload.padding)
-    Hp, Wp = H + top + bottom, W + left + right
+    top, left, _, _ = workload.padding
     bn = config.oc_bn
     CB = C // bn
     chunks = vector_chunks(bn, lanes)
@@ -68,13 +63,15 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
 
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     n, cb, oh = decompose(f, "%item", [N, CB, OH])
-    data = arg_ptr(f, SCRATCH_ARG if padded else 0)
-    weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
+    data, weight, out = arg_ptr(f, 0), arg_ptr(f, 1), arg_ptr(f, 2)
     bias_p = arg_ptr(f, 3) if bias else None
     res_p = arg_ptr(f, 4) if residual else None
+    ih0 = f.add(f.mul(oh, sh), -top)  # input row of tap kh = 0 (negative in the top border)
+    kh_lo, kh_hi = tap_range(f, ih0, H, KH, dh)
     slots = {}
 
-    def tile(T: int, ow0: str) -> None:
+    def tile(T: int, ow0: str, kws: list[int] | None = None) -> None:
+        """Columns ow0 .. ow0+T-1; ``kws``: the taps inside the input (border columns), else all."""
         acc = {}
         for t in range(T):
             for c, (off, w) in enumerate(chunks):
@@ -90,17 +87,18 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
             wbase = f.affine((cb, KH * KW * bn), (kh, KW * bn), *kwv, const=kw * bn if isinstance(kw, int) else 0)
             wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off))) for off, w in chunks]
             kwv = [(kw, dw * bn)] if isinstance(kw, str) else []
-            dbase = f.affine((n, CB * Hp * Wp * bn), (cb, Hp * Wp * bn), (oh, sh * Wp * bn), (kh, dh * Wp * bn),
-                             (ow0, sw * bn), *kwv, const=kw * dw * bn if isinstance(kw, int) else 0)
+            # The unpadded input: the column of tap kw is ow * sw - left + kw * dw.
+            dbase = f.affine((n, CB * H * W * bn), (cb, H * W * bn), (ih0, W * bn), (kh, dh * W * bn),
+                             (ow0, sw * bn), *kwv, const=((kw * dw if isinstance(kw, int) else 0) - left) * bn)
             for t in range(T):
                 for c, (off, w) in enumerate(chunks):
                     x = f.load(vty(w), f.gep(data, f.add(dbase, t * sw * bn + off)))
                     s = acc[(t, c)]
                     f.store(vty(w), intr.call(f, "fma", w, x, wv[c], f.load(vty(w), s)), s)
 
-        with maybe_loop(f, KH) as kh:
-            if config.unroll_kw:
-                for kw in range(KW):
+        with f.loop(kh_hi, start=kh_lo) as kh:
+            if kws is not None or config.unroll_kw:
+                for kw in (range(KW) if kws is None else kws):
                     inner(kh, kw)
             else:
                 with maybe_loop(f, KW) as kw:
@@ -112,22 +110,26 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
             rp = f.gep(res_p, idx) if res_p is not None else None
             f.store(vty(w), epilogue(f, intr, f.load(vty(w), s), w, rp, activation), f.gep(out, idx))
 
-    T = min(config.ow_bn, OW)
-    if OW // T == 1:
-        tile(T, "0")
-    elif OW // T > 1:
-        with f.loop(OW // T) as tw:
-            tile(T, f.mul(tw, T))
-    if OW % T:
-        tile(OW % T, str(OW - OW % T))
+    # Border columns (a tap outside the input) one at a time with their taps; the others in tiles.
+    def taps(ow: int) -> list[int]:
+        return [kw for kw in range(KW) if 0 <= ow * sw - left + kw * dw < W]
+    inside = [ow for ow in range(OW) if len(taps(ow)) == KW]
+    lo, hi = (inside[0], inside[-1] + 1) if inside else (OW, OW)
+    for ow in range(lo):
+        tile(1, str(ow), taps(ow))
+    span = hi - lo
+    T = min(config.ow_bn, span) if span else 0
+    if T and span // T == 1:
+        tile(T, str(lo))
+    elif T and span // T > 1:
+        with f.loop(span // T) as tw:
+            tile(T, f.add(f.mul(tw, T), lo))
+    if T and span % T:
+        tile(span % T, str(hi - span % T))
+    for ow in range(hi, OW):
+        tile(1, str(ow), taps(ow))
     f.emit("ret void")
-    functions = [f.text()]
-    phases = []
-    if padded:
-        functions.append(MEMCPY_DECL + pad_copy_ir(f"{name}_pad", N, CB, H, W, bn, workload.padding, SCRATCH_ARG))
-        phases.append((f"{name}_pad", N * CB * H))
-    phases.append((f"{name}_item", N * CB * OH))
-    return "".join(functions) + intr.declarations() + parallel_entry_ir(name, phases)
+    return f.text() + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * OH)])
 
 
 class DepthwiseKernel(Kernel):
@@ -144,11 +146,9 @@ class DepthwiseKernel(Kernel):
         self.output_shape = (N, C // bn, workload.out_height, workload.out_width, bn)
         self.bias_shape = (C,)
         ir = depthwise_ir(workload, config, bias=bias, residual=residual, activation=activation)
-        t, l, b, r = workload.padding
-        scratch = np.zeros((N, C // bn, H + t + b, W + l + r, bn), np.float32) if any(workload.padding) else None
         shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
                       bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
-        super().__init__(compile_ir(ir), "depthwise", shapes, [scratch if scratch is not None else np.zeros(1, np.float32)])
+        super().__init__(compile_ir(ir), "depthwise", shapes)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,14 +21,15 @@ import numpy as np
 
 from kernels.jit import IRFunction
 
-__all__ = ["BASE_ARGS", "MEMCPY_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat", "decompose",
-           "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "vector_chunks", "vty"]
+__all__ = ["BASE_ARGS", "MEMCPY_DECL", "MINMAX_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat", "decompose",
+           "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "tap_range", "vector_chunks", "vty"]
 
 # The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
 BASE_ARGS = ("data", "weight", "out", "bias", "residual")
 
 MEMCPY_DECL = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
 PREFETCH_DECL = "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+MINMAX_DECL = "declare i64 @llvm.smax.i64(i64, i64)\ndeclare i64 @llvm.smin.i64(i64, i64)\n"
 
 
 def vector_chunks(width: int, lanes: int) -> list[tuple[int, int]]:
@@ -117,6 +118,19 @@ def maybe_loop(f: IRFunction, count: int):
     else:
         with f.loop(count) as i:
             yield i
+
+
+def tap_range(f: IRFunction, i0: str, size: int, taps: int, dilation: int) -> tuple[str, str]:
+    """IR values ``lo, hi``: the taps ``k`` with ``0 <= i0 + k * dilation < size`` are ``lo <= k < hi``."""
+    # lo = ceil(-i0 / d) when i0 < 0, else 0; hi = min(taps, ceil((size - i0) / d)), at least lo.
+    neg = f.op(f"sub nsw i64 {dilation - 1}, {i0}")
+    lo = f.op(f"sdiv i64 {neg}, {dilation}") if dilation > 1 else f.op(f"sub nsw i64 0, {i0}")
+    lo = f.op(f"call i64 @llvm.smax.i64(i64 {lo}, i64 0)")
+    room = f.op(f"sub nsw i64 {size + dilation - 1}, {i0}")
+    hi = f.op(f"sdiv i64 {room}, {dilation}") if dilation > 1 else f.op(f"sub nsw i64 {size}, {i0}")
+    hi = f.op(f"call i64 @llvm.smin.i64(i64 {hi}, i64 {taps})")
+    hi = f.op(f"call i64 @llvm.smax.i64(i64 {hi}, i64 {lo})")
+    return lo, hi
 
 
 def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tuple[int, int, int, int],

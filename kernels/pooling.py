@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from kernels.ir import IntrinsicSet, arg_ptr, decompose, vector_chunks, vty
+from kernels.ir import MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
 from kernels.threads import parallel_entry_ir
@@ -86,8 +86,7 @@ def pool2d_ir(shape_nchw, block: int | None, kind: str, pool_size, strides, padd
                 v = f.op(f"fmul {vty(w)} {v}, {sp}")
             f.store(vty(w), v, f.gep(out, f.add(obase, off)))
     f.emit("ret void")
-    decl = "declare i64 @llvm.smax.i64(i64, i64)\ndeclare i64 @llvm.smin.i64(i64, i64)\n"
-    return f.text() + decl + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * OH)])
+    return f.text() + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * OH)])
 
 
 class PoolKernel(Kernel):

@@ -1,7 +1,7 @@
 """Depthwise kernels against the numpy reference."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.conv2d import build_conv2d
@@ -58,9 +58,13 @@ def test_every_activation_in_the_epilogue(act, bn):
     assert not np.allclose(want, pre, atol=0.1)  # the activation changes these values: the check can fail
 
 
-@settings(max_examples=6, deadline=None)
-@given(st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 3), st.integers(1, 2), st.integers(0, 2),
-       st.integers(1, 6), st.booleans())
-def test_random_depthwise(bn, k, stride, pad, ow_bn, unroll):
-    wl = Conv2DWorkload((1, 16, 7, 6), (16, 1, k, k), strides=(stride, stride), padding=(pad, pad, pad, 0), groups=16)
-    check(wl, Conv2DConfig(bn, bn, ow_bn, unroll))
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2),
+       st.tuples(*[st.integers(0, 3)] * 4), st.integers(3, 9), st.integers(1, 6), st.booleans())
+def test_random_depthwise(bn, k, stride, dilation, pad, width, ow_bn, unroll):
+    """Borders handled in the kernel: any padding (wider than the kernel too: rows and columns
+    with no tap inside the input), strides and dilations, every column tiling."""
+    assume(min(width + pad[1] + pad[3], 7 + pad[0] + pad[2]) >= dilation * (k - 1) + 1)  # an output
+    wl = Conv2DWorkload((1, 16, 7, width), (16, 1, k, k), strides=(stride, stride), padding=pad,
+                        dilation=(dilation, dilation), groups=16)
+    check(wl, Conv2DConfig(bn, bn, ow_bn, unroll), bias=True)
