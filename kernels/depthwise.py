@@ -7,9 +7,10 @@ vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``; a r
 cut into tiles of ``ow_bn`` columns x ``bn`` channels of accumulators; ``kh`` is a
 loop over the taps inside the input (bounds per row) and ``kw`` is unrolled when
 ``unroll_kw``; border columns run one at a time with only their taps inside the input.
-So padding costs nothing: no zero-bordered copy of the input (which :mod:`kernels.conv2d`
-makes), a pass over a tensor that, for MobileNet-v2's early layers, is too big for L2. Same fused epilogue (bias, residual, any activation
-of :data:`kernels.activations.ACTIVATIONS`).
+So padding costs nothing. It was a zero-bordered copy of the input, a pass of its own over
+tensors that in MobileNet-v2's early layers are too big for L2: without it MobileNet-v2 ran
+1.17x faster end to end (benchmarks/README.md, session 14). Same fused epilogue (bias,
+residual, any activation of :data:`kernels.activations.ACTIVATIONS`).
 The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is packed
 ``[C/bn, 1, KH, KW, 1, bn]`` (:func:`kernels.packing.pack_depthwise_weight`).
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from kernels.jit import IRFunction
 
-__all__ = ["BASE_ARGS", "MEMCPY_DECL", "MINMAX_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat", "decompose",
-           "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "tap_range", "vector_chunks", "vty"]
+__all__ = ["BASE_ARGS", "MEMCPY_DECL", "MINMAX_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat",
+           "decompose", "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "tap_range", "vector_chunks", "vty"]
 
 # The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
 BASE_ARGS = ("data", "weight", "out", "bias", "residual")

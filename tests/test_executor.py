@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model, plan_from_configs, run_reference, uniform_plan
-from graph_tuner.fusion import plan_steps
+from graph_tuner.fusion import conv_epilogues, plan_steps
 from graph_tuner.zoo.resnet import resnet, resnet_v1
 from kernels.config import Conv2DConfig
 
@@ -300,3 +300,59 @@ def test_a_transform_may_reuse_the_buffer_the_transform_before_it_freed():
     plan = plan_from_configs(m, {"c0": Conv2DConfig(1, 2, 2), "last": Conv2DConfig(1, 1, 2)})
     assert {(t.tensor, t.dst_block) for t in plan.transforms} == {("c0", 1), ("r2", 1)}
     _check(m, plan)
+
+
+def _dense_block():
+    """DenseNet's layer: bn -> relu on a concatenation, then a 1x1 conv (twice, growing the concat);
+    a pre-activation read by a 3x3 conv too (no prologue there)."""
+    b = GraphBuilder("dense")
+    x = b.relu(b.conv(b.input((1, 3, 9, 9)), 16, 3, padding=1, name="stem"))
+    feats = [x]
+    for i in range(2):
+        cat = b.concat(feats, name=f"cat{i}") if len(feats) > 1 else feats[0]
+        pre = b.relu(b.batch_norm(cat, name=f"bn{i}"), name=f"pre{i}")
+        y = b.relu(b.batch_norm(b.conv(pre, 32, 1, name=f"squeeze{i}"), name=f"sq_bn{i}"))
+        feats.append(b.conv(y, 8, 3, padding=1, name=f"grow{i}"))
+    last = b.concat(feats, name="cat_last")
+    pre = b.relu(b.batch_norm(last, name="bn_last"), name="pre_last")
+    z = b.add(b.conv(pre, 8, 1, name="one_by_one"), b.conv(pre, 8, 3, padding=1, name="three_by_three"))
+    return b.build(b.global_avg_pool(z, name="gap"))
+
+
+def test_a_bn_relu_before_1x1_convs_is_their_prologue():
+    m = _dense_block()
+    steps = {s.ops[0]: s for s in plan_steps(m)}
+    assert steps["stem"].affine is steps["bn0"]  # on a conv's own output: its second output, as before
+    assert steps["bn1"].fused and steps["squeeze1"].prologue is steps["bn1"]
+    assert steps["squeeze1"].inputs[0] == "cat1"  # reads the concat itself
+    epilogue = conv_epilogues(m)["squeeze1"]  # what the tuner times it with
+    assert epilogue["prologue"] and epilogue["prologue_activation"] == "relu"
+    assert not steps["bn_last"].fused  # also read by a 3x3 conv, whose zero padding it must not see
+    assert steps["one_by_one"].prologue is None
+
+
+@pytest.mark.parametrize("block", [1, 8, 16])
+def test_prologue_convs_match_reference(block):
+    m = _dense_block()
+    prog = _check(m, uniform_plan(m, block), names=["gap", "grow0", "grow1"])
+    others = {s.name for s in prog.steps if s.category == "other"}
+    assert "bn_last" in others
+    if block < 16:  # at 16 the concat (24 channels) and squeeze1's input block (12) differ: no prologue
+        assert "bn1" not in others
+        assert next(s for s in prog.steps if s.name == "squeeze1").ops[:2] == ["bn1", "pre1"]
+
+
+def test_no_prologue_when_the_conv_reads_another_layout():
+    m = _dense_block()
+    configs = {op.name: Conv2DConfig(8, 8, 4, True) for op in m.convs()}
+    configs["stem"] = Conv2DConfig(1, 16, 4, True)
+    configs["squeeze1"] = Conv2DConfig(12, 8, 4)  # squeeze1 reads pre1 in 12c, bn1 reads cat1 in another
+    plan = plan_from_configs(m, configs)
+
+    def reads(reader, tensor):
+        return next((x.dst_block for x in plan.transforms if x.tensor == tensor and reader in x.consumers),
+                    plan.blocks.get(tensor, 1))
+    assert reads("squeeze1", "pre1") == 12 != reads("bn1", "cat1")
+    steps = {s.ops[0]: s for s in plan_steps(m, plan.blocks, plan.joins, reads)}
+    assert steps["squeeze1"].prologue is None and not steps["bn1"].fused
+    _check(m, plan, names=["gap"])

@@ -369,3 +369,50 @@ def test_strided_1x1_reads_a_compact_copy_and_matches_the_reference(monkeypatch,
         run_and_compare(wl, cfg, nthreads=1)
     finally:  # kernels built without the size threshold must not serve later tests
         conv.build_conv2d.cache_clear()
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([1, 4, 16, 32]), st.sampled_from([8, 16, 32]), st.integers(1, 12), st.sampled_from([1, 2]),
+       st.booleans(), st.sampled_from([None, "relu", "relu6"]))
+def test_input_prologue(icb, ocb, ow_bn, stride, residual, act):
+    """conv(act_in(x * scale + shift)) for a 1x1 conv, against the reference on the transformed input
+    (rows joined, strided compact copies, batched reductions and tails alike)."""
+    wl = Conv2DWorkload((1, 64, 7, 9), (32, 64, 1, 1), strides=(stride, stride))
+    cfg = Conv2DConfig(icb, ocb, ow_bn)
+    rng = np.random.default_rng(icb * 100 + ocb)
+    x = rng.standard_normal(wl.data_shape, dtype=np.float32)
+    w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    scale = rng.standard_normal(64, dtype=np.float32)
+    shift = rng.standard_normal(64, dtype=np.float32)
+    res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
+    k = build_conv2d(wl, cfg, residual=residual, prologue=True, prologue_activation=act)
+    out = np.full(k.output_shape, np.nan, np.float32)
+    k(to_blocked(x, icb), pack_weight(w, icb, ocb), out, residual=None if res is None else to_blocked(res, ocb),
+      scale_in=scale, shift_in=shift)
+    pre = activate(x * scale[None, :, None, None] + shift[None, :, None, None], act)
+    want = conv2d_nchw(pre, w, strides=wl.strides, residual=res)
+    np.testing.assert_allclose(from_blocked(out), want, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(want, conv2d_nchw(x, w, strides=wl.strides, residual=res), atol=0.1)  # it matters
+
+
+def test_input_prologue_refused_where_it_cannot_be_exact():
+    padded = Conv2DWorkload((1, 8, 6, 6), (8, 8, 3, 3), padding=(1, 1, 1, 1))
+    with pytest.raises(ValueError, match="unpadded 1x1"):
+        build_conv2d(padded, Conv2DConfig(4, 4, 3), prologue=True)
+
+
+def test_input_prologue_with_batched_reduction():
+    """A weight slice past L1 reduces in batches (ic_batch): each batch transforms its own blocks."""
+    from kernels.conv2d import ic_batch
+    wl = Conv2DWorkload((1, 1024, 7, 7), (64, 1024, 1, 1))
+    cfg = Conv2DConfig(16, 32, 7)
+    assert ic_batch(wl, cfg) < 1024 // 16
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal(wl.data_shape, dtype=np.float32), rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    scale, shift = rng.standard_normal(1024, dtype=np.float32), rng.standard_normal(1024, dtype=np.float32)
+    k = build_conv2d(wl, cfg, bias=True, prologue=True, prologue_activation="relu")
+    out = np.empty(k.output_shape, np.float32)
+    b = rng.standard_normal(64, dtype=np.float32)
+    k(to_blocked(x, 16), pack_weight(w, 16, 32), out, bias=b, scale_in=scale, shift_in=shift)
+    pre = np.maximum(x * scale[None, :, None, None] + shift[None, :, None, None], 0)
+    np.testing.assert_allclose(from_blocked(out), conv2d_nchw(pre, w, bias=b), rtol=1e-3, atol=1e-3)

@@ -93,3 +93,19 @@ def test_zoo_resnet50_is_loaded_hoisted_and_runs_equal():
 def test_other_zoo_models_unchanged(name):
     m = get_model(name)
     assert hoist_strides(m) is m
+
+
+def test_onnx_file_is_loaded_hoisted_and_matches_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from graph_tuner.onnx_export import save_onnx
+
+    src = bottleneck_transition(size=12)
+    path = tmp_path / "transition.onnx"
+    save_onnx(src, src.params(seed=2), path)
+    m = load_model(str(path))
+    assert m.workload("conv2").strides == (2, 2)  # the file's 3x3 conv now strided
+    x = np.random.default_rng(3).standard_normal((1, 4, 12, 12)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {m.inputs[0]: x})
+    for block in (1, 8):
+        for g, w in zip(compile_model(m, uniform_plan(m, block)).run(x), want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

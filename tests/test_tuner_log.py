@@ -327,7 +327,8 @@ def test_tune_model_times_each_workload_with_its_layers_epilogue(tmp_path, monke
     epilogues = workload_epilogues(model)
     # c1 and c2 (residual add, then the next unit's bn+relu as a second output) outvote c3
     assert epilogues == {model.workload(model.op("c1")): dict(
-        bias=False, residual=True, activation=None, affine_out=True, affine_activation="relu")}
+        bias=False, residual=True, activation=None, affine_out=True, affine_activation="relu", prologue=False,
+        prologue_activation=None)}
     seen = []
 
     class Timer:

@@ -119,7 +119,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     params = model.params(seed) if params is None else params
     reads = _Reads(model, plan)
     blocks = plan.blocks
-    steps = plan_steps(model, blocks, plan.joins)
+    steps = plan_steps(model, blocks, plan.joins, reads)
     layers = {lc.name: lc for lc in plan.layers}
     transforms = {(t.tensor, t.dst_block): t for t in plan.transforms}
 
@@ -134,9 +134,10 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     for s in steps:
         if s.fused:  # written by its conv's epilogue
             continue
-        inside = set(s.ops)
+        covered = s.ops + (s.prologue.ops if s.prologue else [])
         written = _written(s)
-        actions.append((written, [key(i, reads(o, i)) for o in s.ops for i in model.op(o).inputs if i not in inside]))
+        actions.append((written, [key(i, reads(o, i)) for o in covered for i in model.op(o).inputs
+                                  if i not in covered]))
         actions += [([(t, b)], [t]) for tensor in written for t, b in transforms if t == tensor]
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
@@ -206,19 +207,25 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     if s.affine is not None:
         scale, shift, _ = fold_affine(model, s.affine, params)
         second = dict(scale2=scale, shift2=shift)
+    if s.prologue is not None:
+        scale, shift, _ = fold_affine(model, s.prologue, params)
+        second.update(scale_in=scale, shift_in=shift)
     kernel = build_conv2d(w, config, **step_epilogue(model, s))  # the epilogue the tuner timed it with
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
-    data = read(conv.name, conv.inputs[0], in_block).reshape(kernel.input_shape)
+    # With a prologue the conv reads what its chain would have (in the block it checked to agree).
+    reader, source = (s.prologue.ops[0], s.prologue.inputs[0]) if s.prologue else (conv.name, conv.inputs[0])
+    data = read(reader, source, in_block).reshape(kernel.input_shape)
     residual = None
     if s.residual:
         add = next(n for n in s.ops[1:] if s.residual in model.op(n).inputs)  # the fused add reads it
         residual = read(add, s.residual, out_block).reshape(kernel.output_shape)
-    if second:
+    if s.affine is not None:
         second["out2"] = buffers[s.affine.output].reshape(kernel.output_shape)
     fn = kernel.bind(data, packed, buffers[s.output].reshape(kernel.output_shape), bias=bias, residual=residual,
                      **second)
-    return ProgramStep(conv.name, "conv", list(s.ops) + (s.affine.ops if s.affine else []), fn, lc.time_ms)
+    covered = (s.prologue.ops if s.prologue else []) + list(s.ops) + (s.affine.ops if s.affine else [])
+    return ProgramStep(conv.name, "conv", covered, fn, lc.time_ms)
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
