@@ -3,7 +3,7 @@ host probe: as shipped (the plan solved from the log shipped for this CPU, today
 and changed (the plan from another log, or a ``kernels.conv2d`` constant at another value).
 
     python benchmarks/ab_builds.py resnet-50 --set L1_WEIGHT_SHARE=0.25 [--rounds 40] [--calls 4]
-    python benchmarks/ab_builds.py resnet-50 --log data/rocketlake/resnet-50.log
+    python benchmarks/ab_builds.py resnet-18 --log data/rocketlake/resnet-18.log
 
 Both builds run on the same seeded weights and input, their outputs checked equal first;
 rounds interleave every runner in rotating order (``graph_tuner.rounds.timed_rounds``), and
