@@ -132,7 +132,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         actions.append(([tensor], []))
         actions += [([(t, b)], [t]) for t, b in transforms if t == tensor]
     for s in steps:
-        if s.fused:  # written by its conv's epilogue
+        if s.fused:  # run by a conv (its second output or its prologue)
             continue
         covered = s.ops + (s.prologue.ops if s.prologue else [])
         written = _written(s)
@@ -165,7 +165,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     for name in model.inputs:
         emit_transforms(name)
     for s in steps:
-        if s.fused:  # written by its conv's epilogue
+        if s.fused:  # run by a conv (its second output or its prologue)
             continue
         if s.output in views.done:  # a view: its inputs wrote it
             pass
