@@ -38,8 +38,8 @@ PIXELWISE = {"relu", "clip", "sigmoid", "silu", "hard_sigmoid", "hard_swish", "l
 def _strided_reader(op: Op) -> int | None:
     """The stride of a 1x1, unpadded, undilated conv reading every s-th pixel both ways, else None."""
     a = op.attrs
-    if (op.kind != "conv2d" or tuple(a["kernel_size"]) != (1, 1) or any(a["padding"]) or tuple(a["dilation"]) != (1, 1)
-            or a["strides"][0] != a["strides"][1] or a["strides"][0] < 2):
+    if (op.kind != "conv2d" or tuple(a["kernel_size"]) != (1, 1) or any(a["padding"])
+            or tuple(a["dilation"]) != (1, 1) or a["strides"][0] != a["strides"][1] or a["strides"][0] < 2):
         return None
     return a["strides"][0]
 
@@ -80,10 +80,10 @@ def hoist_strides(model: Model) -> Model:
     return Model(model.name, [ops[n] for n in order], model.outputs, initializers=model._initializers)
 
 
-def _subsample(ops: dict, order: list, readers: dict, outputs: set, name: str, s: int, wanting: list[str]) -> str:
+def _subsample(ops: dict, order: list, readers: dict, outputs: set, name: str, s: int, wanting: list[str]) -> None:
     """Make ``name`` (read only by ``wanting``, which all want it subsampled by ``s``) the
     subsampled tensor, recursively; or, when others read it too, add a 1x1 max pool of
-    stride ``s`` for ``wanting`` to read. Returns the name ``wanting`` now read."""
+    stride ``s`` for ``wanting`` to read instead."""
     op = ops[name]
     if set(readers[name]) - set(wanting) or name in outputs or op.kind not in PIXELWISE | {"conv2d"}:
         pool = f"{name}_every{s}"
@@ -96,13 +96,12 @@ def _subsample(ops: dict, order: list, readers: dict, outputs: set, name: str, s
         readers[name] = [r for r in readers[name] if r not in wanting] + [pool]
         for w in wanting:
             ops[w].inputs = [pool if i == name else i for i in ops[w].inputs]
-        return pool
+        return
     if op.kind == "conv2d" and not _is_pointwise_conv(op):
         op.attrs["strides"] = tuple(v * s for v in op.attrs["strides"])
-        return name
+        return
     # Pixelwise ops and stride-1 1x1 convs: the same op over the subsampled inputs (4-d ones of
     # this op's size; per-channel vectors stay).
     for src in dict.fromkeys(op.inputs):
         if len(ops[src].shape) == 4 and ops[src].shape[2:] == op.shape[2:]:
             _subsample(ops, order, readers, outputs, src, s, [name])
-    return name
