@@ -12,21 +12,28 @@ from pathlib import Path
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.model import Model
 from graph_tuner.onnx_import import load_onnx
+from graph_tuner.pool_first import pool_before_pointwise
 from graph_tuner.strides import hoist_strides
 from graph_tuner.zoo import MODEL_NAMES, get_model
 
-__all__ = ["MAX_BATCH", "load_model"]
+__all__ = ["MAX_BATCH", "load_model", "rewritten"]
 
 
 # Inference batches beyond this would need more memory than a CPU server has for activations.
 MAX_BATCH = 1024
 
 
+def rewritten(model: Model) -> Model:
+    """``model`` with its strides moved up (:mod:`graph_tuner.strides`), then its average pools
+    moved before the 1x1 convs they follow (:mod:`graph_tuner.pool_first`)."""
+    return pool_before_pointwise(hoist_strides(model))
+
+
 def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
     """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model.
 
-    Named and file models come with strides moved up (:mod:`graph_tuner.strides`): the
-    same function with fewer FLOPs, which every runtime then runs alike.
+    Named and file models come :func:`rewritten`: the same function with fewer FLOPs, which
+    every runtime then runs alike.
 
     ``batch`` defaults to 1 for zoo models and to the file's own batch (1 if
     dynamic) for ONNX files.
@@ -44,10 +51,10 @@ def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Mod
         raise GraphTunerError(f"batch must be a positive integer up to {MAX_BATCH}, got {batch!r}")
     text = os.fspath(spec)
     if text in MODEL_NAMES:
-        return hoist_strides(get_model(text, batch=batch or 1))
+        return rewritten(get_model(text, batch=batch or 1))
     if Path(text).is_dir():
         raise GraphTunerError(f"{text}: is a folder, not a model; give an .onnx file or a zoo name "
                               f"(graph-tuner models)")
     if text.lower().endswith(".onnx") or Path(text).is_file():
-        return hoist_strides(load_onnx(text, batch=batch))
+        return rewritten(load_onnx(text, batch=batch))
     raise GraphTunerError(f"unknown model {text!r}; give an .onnx file or one of: {', '.join(MODEL_NAMES)}")
