@@ -88,7 +88,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     machine's FMA peak on the bench's threads) also the roofline and the goal (:func:`target`)."""
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import compile_model
-    from graph_tuner.loading import load_model
+    from graph_tuner.loading import load_given, load_model
     from kernels.threads import num_threads
 
     model = load_model(name)
@@ -112,9 +112,12 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         programs[k] = compile_model(model, plan, params)
         outputs[k] = programs[k].run(x)[0]
         runners[k] = programs[k].execute
-    for k, runner in (("openvino", openvino_runner(model, params, x, threads, work_dir)),
-                      ("onnxruntime", onnxruntime_runner(model, params, x, threads, work_dir)),
-                      ("pytorch", pytorch_runner(model, params, x, threads))):
+    # The other runtimes get the network as it is given (its weights by op name), not as our
+    # rewrites left it: each runtime makes its own graph optimisations, as a user would see.
+    given = load_given(name)
+    for k, runner in (("openvino", openvino_runner(given, params, x, threads, work_dir)),
+                      ("onnxruntime", onnxruntime_runner(given, params, x, threads, work_dir)),
+                      ("pytorch", pytorch_runner(given, params, x, threads))):
         if isinstance(runner, str):
             notes.append(runner)
         else:

@@ -16,7 +16,7 @@ from graph_tuner.pool_first import pool_before_pointwise
 from graph_tuner.strides import hoist_strides
 from graph_tuner.zoo import MODEL_NAMES, get_model
 
-__all__ = ["MAX_BATCH", "load_model", "rewritten"]
+__all__ = ["MAX_BATCH", "load_given", "load_model", "rewritten"]
 
 
 # Inference batches beyond this would need more memory than a CPU server has for activations.
@@ -30,17 +30,26 @@ def rewritten(model: Model) -> Model:
 
 
 def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
-    """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model.
+    """A zoo model by name or an ONNX model by path, :func:`rewritten` (the same function with
+    fewer FLOPs); or ``spec`` itself if it is a Model.
 
-    Named and file models come :func:`rewritten`: the same function with fewer FLOPs, which
-    every runtime then runs alike.
+    >>> load_model("resnet-50").workload("stage1_unit3_conv2").strides
+    (2, 2)
+    """
+    model = load_given(spec, batch)
+    return model if isinstance(spec, Model) else rewritten(model)
+
+
+def load_given(spec: str | os.PathLike | Model, batch: int | None = None) -> Model:
+    """A zoo model by name, an ONNX model by path, or ``spec`` itself if it is a Model, as it is
+    given (no rewrites: what a user would hand another runtime).
 
     ``batch`` defaults to 1 for zoo models and to the file's own batch (1 if
     dynamic) for ONNX files.
 
-    >>> load_model("vgg-16", batch=2).op("data").shape
+    >>> load_given("vgg-16", batch=2).op("data").shape
     (2, 3, 224, 224)
-    >>> load_model("resnet-17")
+    >>> load_given("resnet-17")
     Traceback (most recent call last):
     ...
     graph_tuner.errors.GraphTunerError: unknown model 'resnet-17'; give an .onnx file or one of: resnet-18, ...
@@ -51,10 +60,10 @@ def load_model(spec: str | os.PathLike | Model, batch: int | None = None) -> Mod
         raise GraphTunerError(f"batch must be a positive integer up to {MAX_BATCH}, got {batch!r}")
     text = os.fspath(spec)
     if text in MODEL_NAMES:
-        return rewritten(get_model(text, batch=batch or 1))
+        return get_model(text, batch=batch or 1)
     if Path(text).is_dir():
         raise GraphTunerError(f"{text}: is a folder, not a model; give an .onnx file or a zoo name "
                               f"(graph-tuner models)")
     if text.lower().endswith(".onnx") or Path(text).is_file():
-        return rewritten(load_onnx(text, batch=batch))
+        return load_onnx(text, batch=batch)
     raise GraphTunerError(f"unknown model {text!r}; give an .onnx file or one of: {', '.join(MODEL_NAMES)}")
