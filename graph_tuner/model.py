@@ -23,6 +23,7 @@ sc(x))`` the order is conv1, conv2, sc.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -196,6 +197,17 @@ class Model:
                  if op.kind == "conv_transpose")
         return sum(w.flops for w in self.conv_workloads()) + dense + up
 
+    def editable_ops(self) -> dict[str, Op]:
+        """Copies of the ops (their own attrs) by name, in topological order: for graph rewrites,
+        which then :func:`infer_shapes` and build the result with :meth:`rebuilt`."""
+        return {op.name: dataclasses.replace(op, attrs=dict(op.attrs)) for op in self._ops}
+
+    def rebuilt(self, ops: list[Op]) -> Model:
+        """This model (name, outputs, trained weights) over ``ops``, rewritten copies of its ops
+        (:meth:`editable_ops`) in topological order; their shapes are inferred again."""
+        infer_shapes({op.name: op for op in ops}, [op.name for op in ops])
+        return Model(self.name, ops, self.outputs, initializers=self._initializers)
+
     def params(self, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
         """Op name -> param name -> float32 array (fresh copies).
 
@@ -214,6 +226,15 @@ class Model:
             return {op: {k: np.array(v, dtype=np.float32) for k, v in ps.items()}
                     for op, ps in self._initializers.items()}
         return _random_params(self._ops, seed)
+
+
+def infer_shapes(ops: dict[str, Op], order: list[str]) -> None:
+    """Infer the shape of each op of ``ops`` again, in ``order`` (topological, so each op's
+    inputs are final before it)."""
+    for name in order:
+        op = ops[name]
+        if op.kind != "input":
+            op.shape = infer_shape(op.kind, op.attrs, [ops[i].shape for i in op.inputs])
 
 
 def conv_transpose_macs(op: Op, input_shape: tuple[int, ...]) -> int:

@@ -16,10 +16,7 @@ channels (twice its output's) instead.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from graph_tuner.model import Model, Op
-from graph_tuner.shapes import infer_shape
 
 __all__ = ["pool_before_pointwise"]
 
@@ -60,19 +57,10 @@ def _moved(model: Model, name: str) -> Model | None:
     fewer = pool.shape[2] * pool.shape[3] < conv.shape[2] * conv.shape[3]  # else the conv gains pixels
     if name in outputs or not fewer or not _pointwise(conv) or sole_reader(chain[0].name) is not pool:
         return None
-    ops = {op.name: dataclasses.replace(op, attrs=dict(op.attrs)) for op in model.ops}
+    ops = model.editable_ops()
     ops[name].inputs, ops[conv.name].inputs = list(conv.inputs), [name]
     for reader in model.consumers(name):  # they read the chain's end, now the pooled value
         ops[reader.name].inputs = [chain[0].name if i == name else i for i in reader.inputs]
     order = [op.name for op in model.ops if op.name != name]
     order.insert(order.index(conv.name), name)
-    return Model(model.name, [_reshaped(ops, n) for n in order], model.outputs, initializers=model._initializers)
-
-
-def _reshaped(ops: dict[str, Op], name: str) -> Op:
-    """``ops[name]`` with its shape inferred again (called in topological order, so its inputs'
-    shapes are final)."""
-    op = ops[name]
-    if op.kind != "input":
-        op.shape = infer_shape(op.kind, op.attrs, [ops[i].shape for i in op.inputs])
-    return op
+    return model.rebuilt([ops[n] for n in order])

@@ -22,10 +22,7 @@ CPU plugin makes the same rewrite (its ``StridesOptimization``).
 """
 from __future__ import annotations
 
-import dataclasses
-
-from graph_tuner.model import Model, Op
-from graph_tuner.shapes import infer_shape
+from graph_tuner.model import Model, Op, infer_shapes
 
 __all__ = ["hoist_strides"]
 
@@ -54,8 +51,8 @@ def _is_pointwise_conv(op: Op) -> bool:
 def hoist_strides(model: Model) -> Model:
     """The same network with the strides of 1x1 convs moved up (see the module docstring);
     ``model`` itself when nothing moves."""
-    ops = {op.name: dataclasses.replace(op, attrs=dict(op.attrs)) for op in model.ops}
-    order = [op.name for op in model.ops]
+    ops = model.editable_ops()
+    order = list(ops)
     readers = {op.name: [c.name for c in model.consumers(op.name)] for op in model.ops}
     outputs = set(model.outputs)
     changed = False
@@ -71,13 +68,9 @@ def hoist_strides(model: Model) -> Model:
         _subsample(ops, order, readers, outputs, name, s, rs)
         for r in rs:
             ops[r].attrs["strides"] = (1, 1)
-        for n in order:  # shapes top down (the next move compares them)
-            if ops[n].kind != "input":
-                ops[n].shape = infer_shape(ops[n].kind, ops[n].attrs, [ops[i].shape for i in ops[n].inputs])
+        infer_shapes(ops, order)  # the next move compares them
         changed = True
-    if not changed:
-        return model
-    return Model(model.name, [ops[n] for n in order], model.outputs, initializers=model._initializers)
+    return model.rebuilt([ops[n] for n in order]) if changed else model
 
 
 def _subsample(ops: dict, order: list, readers: dict, outputs: set, name: str, s: int, wanting: list[str]) -> None:

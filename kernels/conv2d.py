@@ -65,7 +65,7 @@ from kernels.config import Conv2DConfig
 from kernels.depthwise import build_depthwise, check_depthwise
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
 from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
-                        maybe_loop, pad_copy_ir, splat, tap_range, vector_chunks, vty)
+                        maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
@@ -499,8 +499,9 @@ def _row_tiles(rb: RowBlock) -> None:
     compiled with its taps static), a loop over the contiguous middle, and a narrower tail."""
     c, f, T = rb.c, rb.f, rb.c.T
 
-    def inside(ow0: int, width: int) -> bool:
-        return c.copy_pad or (ow0 * c.sw >= c.left and (ow0 + width - 1) * c.sw + (c.KW - 1) * c.dw - c.left < c.W)
+    def inside(ow0: int, width: int) -> bool:  # every tap of its first and last columns (so of all)
+        return c.copy_pad or all(len(static_taps(ow, c.W, c.KW, c.sw, c.dw, c.left)) == c.KW
+                                 for ow in (ow0, ow0 + width - 1))
 
     full = c.OW // T
     middle = [i for i in range(full) if inside(i * T, T)]  # contiguous
@@ -599,7 +600,7 @@ def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: st
     ``(kh, kw)`` into every accumulator of the tile (taps in the padding left out)."""
     c, f = rb.c, rb.f
     taps = [t for t in range(tile.width)
-            if tile.edge is None or 0 <= (tile.edge + t) * c.sw + kw * c.dw - c.left < c.W]
+            if tile.edge is None or kw in static_taps(tile.edge + t, c.W, c.KW, c.sw, c.dw, c.left)]
     if not taps:
         return
     cb = f.op(f"add nsw i64 {rb.icb_start}, {icg}") if rb.icb_start != "0" else icg

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import functools
 
-
 from kernels.config import Conv2DConfig
 from kernels.activations import activation_key, activation_spec, epilogue
-from kernels.ir import MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, tap_range, vector_chunks, vty
+from kernels.ir import (MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, static_taps, tap_range,
+                        vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -113,7 +113,7 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
 
     # Border columns (a tap outside the input) one at a time with their taps; the others in tiles.
     def taps(ow: int) -> list[int]:
-        return [kw for kw in range(KW) if 0 <= ow * sw - left + kw * dw < W]
+        return static_taps(ow, W, KW, sw, dw, left)
     inside = [ow for ow in range(OW) if len(taps(ow)) == KW]
     lo, hi = (inside[0], inside[-1] + 1) if inside else (OW, OW)
     for ow in range(lo):

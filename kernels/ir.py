@@ -22,7 +22,8 @@ import numpy as np
 from kernels.jit import IRFunction
 
 __all__ = ["BASE_ARGS", "MEMCPY_DECL", "MINMAX_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat",
-           "decompose", "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "tap_range", "vector_chunks", "vty"]
+           "decompose", "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "static_taps", "tap_range",
+           "vector_chunks", "vty"]
 
 # The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
 BASE_ARGS = ("data", "weight", "out", "bias", "residual")
@@ -118,6 +119,16 @@ def maybe_loop(f: IRFunction, count: int):
     else:
         with f.loop(count) as i:
             yield i
+
+
+def static_taps(out: int, size: int, taps: int, stride: int, dilation: int, pad: int) -> list[int]:
+    """The taps ``k`` of output position ``out`` that land inside the input:
+    ``0 <= out * stride - pad + k * dilation < size`` (at generation time; :func:`tap_range` in IR).
+
+    >>> static_taps(0, 8, 3, 1, 1, 1), static_taps(7, 8, 3, 1, 1, 1), static_taps(3, 8, 3, 1, 1, 1)
+    ([1, 2], [0, 1], [0, 1, 2])
+    """
+    return [k for k in range(taps) if 0 <= out * stride - pad + k * dilation < size]
 
 
 def tap_range(f: IRFunction, i0: str, size: int, taps: int, dilation: int) -> tuple[str, str]:
