@@ -24,7 +24,7 @@ import kernels.conv2d as conv
 from graph_tuner.api import GraphTuner
 from graph_tuner.bench import HOST_PROBE
 from graph_tuner.plan_run import seeded_input
-from graph_tuner.rounds import paired_ratio, timed_rounds
+from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
 from graph_tuner.runtimes import onnxruntime_runner
 from graph_tuner.executor import compile_model
 from graph_tuner.host_state import probe_call
@@ -87,7 +87,7 @@ def main() -> None:
     print(f"{args.model}: {args.rounds} rounds x {args.calls} calls, {num_threads()} threads; host probe "
           f"{np.median(gflops):.0f} GFLOP/s (range {min(gflops):.0f}-{max(gflops):.0f})")
     for k, r in rounds.items():
-        med = np.median([t for rr in r for t in rr]) * 1e3
+        med = median_ms(r)
         line = f"  {k:<24} median {med:8.3f} ms"
         if k != "current":
             ratio, lo, hi = paired_ratio(r, rounds["current"])

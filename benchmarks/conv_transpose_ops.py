@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from graph_tuner.builder import GraphBuilder
-from graph_tuner.rounds import paired_ratio, timed_rounds
+from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
 from graph_tuner.runtimes import onnxruntime_runner, openvino_runner
 from kernels.conv_transpose import ConvTransposeSpec, build_conv_transpose, pack_conv_transpose_weight
 from kernels.jit import host_cpu
@@ -56,7 +56,7 @@ def one(name, ci, h, w, co, k, s, p, g, rounds, calls, folder: Path) -> None:
         runners[rt], ref = r
         np.testing.assert_allclose(from_blocked(out), ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max()))
     times = timed_rounds(runners, rounds * calls, rounds=rounds)
-    med = {k: float(np.median([t for r in v for t in r])) * 1e3 for k, v in times.items()}
+    med = {k: median_ms(v) for k, v in times.items()}
     line = f"{name:<22} ours {med['ours NCHW16c']:.4f} ms"
     for rt in runners:
         if rt != "ours NCHW16c":

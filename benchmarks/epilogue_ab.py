@@ -19,7 +19,7 @@ import graph_tuner.fusion as fusion
 from graph_tuner.executor import compile_model, uniform_plan
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
-from graph_tuner.rounds import paired_ratio, timed_rounds
+from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
 
@@ -56,7 +56,7 @@ def main() -> None:
                           rounds=args.rounds)
     print(f"{args.rounds} rounds x {args.calls} calls, {num_threads()} threads")
     for k, r in rounds.items():
-        print(f"  {k:<8} median {np.median([t for rr in r for t in rr]) * 1e3:8.3f} ms")
+        print(f"  {k:<8} median {median_ms(r):8.3f} ms")
     ratio, lo, hi = paired_ratio(rounds["unfused"], rounds["fused"])
     print(f"  unfused / fused: {ratio:.3f}x (90% interval {lo:.3f}-{hi:.3f})")
     # Where the time goes: the convs' epilogues grow, the activation passes go.

@@ -18,7 +18,7 @@ from graph_tuner.api import GraphTuner
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
-from graph_tuner.rounds import paired_ratio, timed_rounds
+from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
 
@@ -42,7 +42,7 @@ def main() -> None:
     ref = programs["first"].run(x)[0]
     np.testing.assert_allclose(programs["second"].run(x)[0], ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
     times = timed_rounds({k: p.execute for k, p in programs.items()}, args.rounds * args.calls, rounds=args.rounds)
-    med = {k: float(np.median([t for r in v for t in r])) * 1e3 for k, v in times.items()}
+    med = {k: median_ms(v) for k, v in times.items()}
     ratio, lo, hi = paired_ratio(times["first"], times["second"])
     print(f"{args.model} ({host_cpu().name}, {num_threads()} threads)")
     for k in programs:

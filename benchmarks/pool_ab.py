@@ -19,7 +19,7 @@ from graph_tuner.api import GraphTuner
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
-from graph_tuner.rounds import paired_ratio, timed_rounds
+from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
 from graph_tuner.shipped import shipped_log
 from kernels.jit import host_cpu, set_pool_banded
 from kernels.threads import num_threads
@@ -47,7 +47,7 @@ def ab(name: str, rounds: int, calls: int) -> None:
     times = timed_rounds({"bands": runner(program, True), "one cursor": runner(program, False)},
                          rounds * calls, rounds=rounds)
     set_pool_banded(True)
-    med = {k: np.median([t for r in v for t in r]) * 1e3 for k, v in times.items()}
+    med = {k: median_ms(v) for k, v in times.items()}
     ratio, lo, hi = paired_ratio(times["one cursor"], times["bands"])
     print(f"{name} ({log.parent.name} log, {host_cpu().name}, {num_threads()} threads): bands "
           f"{med['bands']:.3f} ms, one cursor {med['one cursor']:.3f} ms; one cursor / bands "

@@ -188,7 +188,7 @@ class GraphTuner:
             plan = best(costs)
         plan.baselines_ms = {}
         for name in ("history_best", "default"):  # under the same costs as the plan (in-network if calibrated)
-            base = self.baseline_plan(name, measure=measurer, costs=costs)
+            base = self.baseline_plan(name, measure=measure, costs=costs)
             plan.baselines_ms[name] = None if base is None else base.cost
         if plan.baselines_ms["default"] is None:
             plan.notes.append(

@@ -88,10 +88,13 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     machine's FMA peak on the bench's threads) also the roofline and the goal (:func:`target`)."""
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import compile_model
-    from graph_tuner.loading import load_given, load_model
+    from graph_tuner.loading import load_given, rewritten
     from kernels.threads import num_threads
 
-    model = load_model(name)
+    # The other runtimes get the network as it is given (its weights by op name), not as our
+    # rewrites left it: each runtime makes its own graph optimisations, as a user would see.
+    given = load_given(name)
+    model = rewritten(given)
     log, log_note = tuning_log(name, work_dir, trials, progress)
     gt = GraphTuner(model, log, top_k=20)
     gt.benchmark_steps()
@@ -112,9 +115,6 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         programs[k] = compile_model(model, plan, params)
         outputs[k] = programs[k].run(x)[0]
         runners[k] = programs[k].execute
-    # The other runtimes get the network as it is given (its weights by op name), not as our
-    # rewrites left it: each runtime makes its own graph optimisations, as a user would see.
-    given = load_given(name)
     for k, runner in (("openvino", openvino_runner(given, params, x, threads, work_dir)),
                       ("onnxruntime", onnxruntime_runner(given, params, x, threads, work_dir)),
                       ("pytorch", pytorch_runner(given, params, x, threads))):

@@ -200,7 +200,7 @@ class Model:
     def editable_ops(self) -> dict[str, Op]:
         """Copies of the ops (their own attrs) by name, in topological order: for graph rewrites,
         which then :func:`infer_shapes` and build the result with :meth:`rebuilt`."""
-        return {op.name: dataclasses.replace(op, attrs=dict(op.attrs)) for op in self._ops}
+        return {op.name: dataclasses.replace(op, attrs=dict(op.attrs), inputs=list(op.inputs)) for op in self._ops}
 
     def rebuilt(self, ops: list[Op]) -> Model:
         """This model (name, outputs, trained weights) over ``ops``, rewritten copies of its ops

@@ -41,6 +41,15 @@ def timed_rounds(runners: dict[str, Callable[[], object]], repeat: int, rounds: 
     return samples
 
 
+def median_ms(rounds: list[list[float]]) -> float:
+    """The median of every timing of every round (seconds in), in milliseconds.
+
+    >>> median_ms([[0.001, 0.003], [0.002]])
+    2.0
+    """
+    return float(np.median([t for r in rounds for t in r])) * 1e3
+
+
 def paired_ratio(rounds_a: list[list[float]], rounds_b: list[list[float]], seed: int = 0
                  ) -> tuple[float, float, float]:
     """How many times ``b``'s time ``a``'s is: the median over rounds of the ratio of the

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.ir import IntrinsicSet, arg_ptr, decompose, splat, vector_chunks, vty
+from kernels.ir import MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, splat, tap_range, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.layout_transform import blocked_shape
 from kernels.packing import pack_depthwise_weight
@@ -97,7 +97,6 @@ class ConvTransposeSpec:
         """One input channel per output channel and group (channel multiplier 1)."""
         return self.groups == self.data_shape[1] == self.channels
 
-    @functools.lru_cache(maxsize=None)  # per block: the emitter asks for it at every tile
     def span(self, block: int) -> int:
         """Input channels the output block reading the most groups reads (dense packing's ``S``)."""
         cin_g, cout_g = self.data_shape[1] // self.groups, self.channels // self.groups
@@ -181,8 +180,11 @@ class _Emitter:
         self.f = f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
         self.intr, self.chunks, self.slots = IntrinsicSet(), vector_chunks(block, lanes), {}
         self.x, self.w, self.out = arg_ptr(f, 0), arg_ptr(f, 1), arg_ptr(f, 2)
-        self.bias = arg_ptr(f, 3) if spec.bias else None
         self.n, self.cb, self.oy = decompose(f, "%item", [self.N, self.CO // block, self.OH])
+        bias = arg_ptr(f, 3) if spec.bias else None  # each chunk's start, loaded once per row
+        self.init = ["zeroinitializer" if bias is None
+                     else f.load(vty(w), f.gep(bias, f.affine((self.cb, block), const=off))) for off, w in self.chunks]
+        self.span = spec.span(block)
         self._row_taps()
         if not spec.is_depthwise:
             self._group_range()
@@ -195,10 +197,8 @@ class _Emitter:
         self.py = f.op(f"urem i64 {a}, {s}") if s > 1 else "0"
         self.q = f.op(f"udiv i64 {a}, {s}") if s > 1 else a
         tk = f.op(f"udiv i64 {f.op(f'sub nsw i64 {kh + s - 1}, {self.py}')}, {s}") if s > 1 else str(kh)
-        lo = f.op(f"sub nsw i64 {self.q}, {self.H - 1}")
-        self.t_lo = f.op(f"select i1 {f.op(f'icmp sgt i64 {lo}, 0')}, i64 {lo}, i64 0")
-        hi = f.add(self.q, 1)
-        self.t_hi = f.op(f"select i1 {f.op(f'icmp slt i64 {tk}, {hi}')}, i64 {tk}, i64 {hi}")
+        # 0 <= q - t < H, mirrored: 0 <= (H - 1 - q) + t < H (the shared tap rule)
+        self.t_lo, self.t_hi = tap_range(f, f.op(f"sub nsw i64 {self.H - 1}, {self.q}"), self.H, tk, 1)
 
     def _group_range(self) -> None:
         """Dense / grouped: the input channels ``[ci_lo, ci_lo + n_ci)`` this output block reads."""
@@ -219,10 +219,10 @@ class _Emitter:
         acc = {}
         for i in range(len(tile.columns)):
             for c, (off, w) in enumerate(self.chunks):
-                acc[(i, c)] = self.slots.setdefault((i, c), f.slot(vty(w)))
-                init = "zeroinitializer" if self.bias is None else f.load(
-                    vty(w), f.gep(self.bias, f.affine((self.cb, b), const=off)))
-                f.store(vty(w), init, acc[(i, c)])
+                if (i, c) not in self.slots:
+                    self.slots[(i, c)] = f.slot(vty(w))
+                acc[(i, c)] = self.slots[(i, c)]
+                f.store(vty(w), self.init[c], acc[(i, c)])
         with f.loop(self.t_hi, start=self.t_lo) as t:
             if self.spec.is_depthwise:
                 self._depthwise_taps(tile, base_ix, t, acc)
@@ -274,8 +274,7 @@ class _Emitter:
         else:
             channel = [(ci, H * W)]
         x_row, w_row = self._rows(base_ix, t, channel)
-        span = self.spec.span(b)
-        w_row = f.add(w_row, f.affine((self.cb, span * kh * kw * b), (r, kh * kw * b)))
+        w_row = f.add(w_row, f.affine((self.cb, self.span * kh * kw * b), (r, kh * kw * b)))
         weights, values = {}, {}  # shared by the columns that read one input column / one kx
         for i, (_, taps) in enumerate(tile.columns):
             for kx, ix in taps:
@@ -312,7 +311,7 @@ def conv_transpose_ir(spec: ConvTransposeSpec, block: int | None, name: str = "c
                 e.tile(tile, base_ox, base_ix)
     e.f.emit("ret void")
     n_items = e.N * (e.CO // b) * e.OH
-    return e.f.text() + e.intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", n_items)])
+    return e.f.text() + MINMAX_DECL + e.intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", n_items)])
 
 
 def pack_conv_transpose_weight(w: np.ndarray, spec: ConvTransposeSpec, block: int | None) -> np.ndarray:

@@ -11,19 +11,23 @@ from typing import Mapping
 MAX_COUNT = 2**31 - 1
 
 
+def _count(text: str, low: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not low <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected {what} up to {MAX_COUNT}, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type for counts: ``--trials 0`` is a one-line usage error, not a traceback.
 
     >>> positive_int("3")
     3
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT}, got {text!r}")
-    return value
+    return _count(text, 1, "a positive integer")
 
 
 def nonnegative_int(text: str) -> int:
@@ -32,13 +36,7 @@ def nonnegative_int(text: str) -> int:
     >>> nonnegative_int("0")
     0
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_COUNT}, got {text!r}")
-    return value
+    return _count(text, 0, "an integer from 0")
 
 
 def nonnegative_seconds(text: str) -> float:
