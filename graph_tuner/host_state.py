@@ -76,7 +76,8 @@ def _busy_seconds() -> float | None:
 
 class OtherLoad:
     """How much of the cores other processes used between ``start()`` and ``share()``: the
-    machine's busy CPU time less this process's (all its threads), over wall time x cores.
+    machine's busy CPU time less this process's (all its threads and compile helpers), over
+    wall time x cores.
     A timing taken while it is high is not this machine's calm speed.
 
     >>> meter = OtherLoad().start()
@@ -101,5 +102,8 @@ class OtherLoad:
 
 
 def _own_seconds() -> float:
+    """CPU seconds of this process's threads and of its compile helpers."""
+    from kernels.jit import helper_cpu_seconds
+
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + helper_cpu_seconds()

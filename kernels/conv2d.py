@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.depthwise import build_depthwise, check_depthwise
+from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
 from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
@@ -838,6 +838,17 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     except ValueError:
         return False
     return True
+
+
+def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
+    """The IR text :func:`build_conv2d` compiles for these arguments (so that it can be
+    compiled ahead, :func:`kernels.jit.compile_ahead`); raises ValueError where it would."""
+    if workload.is_depthwise and workload.out_channels == workload.in_channels:
+        if epilogue.get("affine_out") or epilogue.get("prologue"):
+            raise ValueError("depthwise kernels have no affine second output or input prologue")
+        return depthwise_ir(workload, config, **{k: epilogue[k] for k in ("bias", "residual", "activation")
+                                                 if k in epilogue})
+    return conv2d_ir(workload, config, **epilogue)
 
 
 @functools.lru_cache(maxsize=None)

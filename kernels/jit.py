@@ -3,7 +3,8 @@
 Every kernel module is compiled for the exact host CPU (name + feature string), at
 ``-O3`` through LLVM's new pass manager. Compiled modules live as long as the process
 (their execution engines are kept here: function pointers die with their engine), and
-are cached by IR text so equal kernels are compiled once.
+are cached by IR text so equal kernels are compiled once. :func:`compile_ahead` compiles
+several at once, on helper processes too (:mod:`kernels.compile_helpers`).
 
 >>> host_cpu().lanes in (4, 8, 16)
 True
@@ -178,20 +179,31 @@ def _optimise(module: llvm.ModuleRef) -> None:
     pb.getModulePassManager().run(module, pb)
 
 
+def _parsed(ir_text: str) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(ir_text)
+    module.triple = _target_machine().triple
+    module.data_layout = str(_target_machine().target_data)
+    module.verify()
+    return module
+
+
 def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
     """Parse, verify, optimise (-O3, host CPU) and JIT-compile LLVM IR text; cached by text
-    unless ``cache`` is false (code naming one program's buffers is never asked for twice)."""
+    unless ``cache`` is false (code naming one program's buffers is never asked for twice).
+    Text a helper process has already compiled (:func:`compile_ahead`) is only linked."""
     with _lock:
         if cache and ir_text in _engines:
             return _engines[ir_text]
         _initialise()
         _load_pool_runtime()  # gt_parallel must resolve when linking
-        module = llvm.parse_assembly(ir_text)
-        module.triple = _target_machine().triple
-        module.data_layout = str(_target_machine().target_data)
-        module.verify()
-        _optimise(module)
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        code = _objects.pop(ir_text, None)
+        if code is not None:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+        else:
+            module = _parsed(ir_text)
+            _optimise(module)
+            engine = llvm.create_mcjit_compiler(module, _new_target_machine())
         engine.finalize_object()
         compiled = CompiledModule(engine)
         if cache:
@@ -199,12 +211,76 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         return compiled
 
 
+# Compiling in helper processes (:mod:`kernels.compile_helpers`): they hand back object code
+# that this process links, made by the same target machine (CPU name and features).
+_objects: dict[str, bytes] = {}  # object code compiled ahead, by IR text, until linked
+_helpers = None  # the helper pool: None (not started yet), False (none), or a HelperPool
+
+
+def object_code(ir_text: str) -> bytes:
+    """Object code of IR text for the host CPU, optimised as :func:`compile_ir` does (what a
+    helper process runs)."""
+    _initialise()
+    module = _parsed(ir_text)
+    _optimise(module)
+    return _target_machine().emit_object(module)
+
+
+def _helper_pool():
+    global _helpers
+    if _helpers is None:
+        from kernels.compile_helpers import HelperPool
+
+        count = min(threads.usable_cores() - 1, 3)
+        _helpers = False
+        if count > 0:
+            try:
+                _helpers = HelperPool(count)
+            except OSError:  # cannot start processes here: compile in this one
+                return False
+            atexit.register(_helpers.close)
+    return _helpers
+
+
+def helper_cpu_seconds() -> float:
+    """CPU seconds this process's compile helpers have used (0 if none)."""
+    return _helpers.cpu_seconds() if _helpers else 0.0
+
+
+def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
+    """Compile IR texts into :func:`compile_ir`'s cache, in this process and in helper
+    processes (one per other usable core, at most 3) side by side. Every text in ``needed``
+    is compiled; ``guesses`` (texts likely wanted next, best first) fill helpers that would
+    otherwise wait while this process compiles, and are linked only if later asked for.
+    Returns when all of it is done, so nothing compiles while a caller times a kernel.
+    A helper that fails costs nothing but its share: :func:`compile_ir` compiles it here.
+    """
+    todo = list(dict.fromkeys(t for t in needed if t not in _engines and t not in _objects))
+    if not todo:
+        return
+    pool = _helper_pool()
+    width = 1 + (pool.size if pool and not pool.broken else 0)
+    mine, theirs = todo[::width], [t for k, t in enumerate(todo) if k % width]
+    spare = width - 1 - len(theirs)
+    ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in todo][:max(spare, 0)]
+    for t in [t for t in _objects if t not in needed]:  # an earlier call's guesses, not wanted
+        del _objects[t]
+    futures = {t: pool.submit(t) for t in theirs + ahead} if width > 1 else {}
+    for t in mine:
+        compile_ir(t)
+    for t, future in futures.items():
+        try:
+            _objects[t] = future.result()
+        except Exception:  # a dead helper or bad IR: compile_ir compiles (or raises) it here
+            pass
+    for t in theirs:
+        compile_ir(t)
+
+
 def assembly(ir_text: str) -> str:
     """The optimised x86 assembly of IR text (for inspecting register tiles and spills)."""
     _initialise()
-    module = llvm.parse_assembly(ir_text)
-    module.triple = _target_machine().triple
-    module.data_layout = str(_target_machine().target_data)
+    module = _parsed(ir_text)
     _optimise(module)
     return _target_machine().emit_assembly(module)
 

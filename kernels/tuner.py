@@ -29,6 +29,12 @@ codegen can build and whose register tile is not :func:`hopeless`:
    alone had left ResNet-50's 512->128 1x1 conv with its best tile (oc32 x ow3) measured
    under ``ic_bn`` 512 only.
 
+Compiling is most of a trial's time (LLVM, ~60% on DenseNet-121). A ``measure`` with a
+``prepare(workload, config, guesses)`` method (:class:`KernelTimer`) is first asked to
+compile the pick and, on a helper process meanwhile, the config the search would pick next
+if this one took its predicted time (:meth:`_Search.guess_after`): when that guess is
+right, the next trial only links it. The picks never depend on the guesses.
+
 Before there is data to fit, the model's place is taken by a prior
 (:func:`prior_log_time`): full vectors and accumulators filling ~5/8 of the vector
 register file (20 on AVX-512, 10 on AVX2) are good.
@@ -44,6 +50,7 @@ register file (20 on AVX-512, 10 on AVX2) are good.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import random
@@ -277,6 +284,13 @@ class _Search:
     def measured_pairs(self) -> set[tuple[int, int]]:
         return {(self.configs[i].ic_bn, self.configs[i].oc_bn) for i, s in self.seconds.items() if s is not None}
 
+    def guess_after(self, i: int) -> int | None:
+        """The config :meth:`pick` would choose after ``i`` if ``i`` took its predicted time:
+        a guess, compiled ahead while ``i`` compiles (the picks themselves never depend on it)."""
+        guess = copy.copy(self)
+        guess.seconds = {**self.seconds, i: float(np.exp(self.predicted()[i]))}
+        return guess.pick()
+
     def pick(self) -> int | None:
         """The next config to measure, None when none is left."""
         configs, seconds, lanes = self.configs, self.seconds, self.lanes
@@ -375,7 +389,11 @@ def tune(
         i = search.pick()
         if i is None:
             break
-        m = _run(measure, workload, space, i, configs[i])
+        guesses = None
+        if hasattr(measure, "prepare"):  # compiles the next likely pick meanwhile
+            guess = search.guess_after(i) if len(seconds) + 1 < trials else None
+            guesses = [configs[guess]] if guess is not None else []
+        m = _run(measure, workload, space, i, configs[i], guesses)
         seconds[i] = m.seconds if m.ok else None
         result.measurements.append(m)
         if callback is not None:
@@ -454,10 +472,13 @@ def retime(
     return out
 
 
-def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Conv2DConfig) -> Measurement:
+def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Conv2DConfig,
+         guesses: list[Conv2DConfig] | None = None) -> Measurement:
     t0 = time.perf_counter()
     entity = space.entity_list(index)
     try:
+        if guesses is not None:
+            measure.prepare(workload, config, guesses)
         s = float(measure(workload, config))
         if not (s > 0 and math.isfinite(s)):
             raise MeasureError(RUNTIME_DEVICE, f"measured {s} seconds")
@@ -503,6 +524,26 @@ class KernelTimer:
         # affine_out, affine_activation): time kernels as the network runs them.
         self.epilogues = dict(epilogues or {})
         self.best: dict[Conv2DWorkload, float] = {}
+
+    def prepare(self, workload: Conv2DWorkload, config: Conv2DConfig, guesses: Iterable[Conv2DConfig] = ()) -> None:
+        """Compile ``config``'s kernel and, on helper processes meanwhile, those of ``guesses``
+        (configs likely measured next): :func:`kernels.jit.compile_ahead`. Errors are left to
+        the measurement, which builds the kernel again (from the cache where it compiled)."""
+        from kernels.conv2d import kernel_ir
+        from kernels.jit import compile_ahead
+
+        epilogue = dict(self.epilogues.get(workload, {}))
+        texts = []
+        for c in [config, *guesses]:
+            try:
+                texts.append(kernel_ir(workload, c, **epilogue))
+            except ValueError:
+                if c is config:
+                    return
+        try:
+            compile_ahead(texts[:1], texts[1:])
+        except RuntimeError:  # LLVM refused it: measured as a failure
+            pass
 
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
         from kernels.conv2d import build_conv2d

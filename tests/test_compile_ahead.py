@@ -1,0 +1,136 @@
+"""Compiling ahead on helper processes (kernels.jit.compile_ahead, kernels.compile_helpers)
+and the tuner's guesses: the kernels linked from a helper's object code compute what the
+in-process ones do, a dead helper or bad IR costs nothing but time, and guessing never
+changes what the search measures."""
+import numpy as np
+import pytest
+
+from kernels import jit
+from kernels.compile_helpers import HelperPool
+from kernels.config import Conv2DConfig
+from kernels.conv2d import Conv2DKernel, conv2d_ir, kernel_ir, pack_weight
+from kernels.packing import from_blocked, to_blocked
+from kernels.reference import conv2d_nchw
+from kernels.tuner import tune
+from kernels.workload import Conv2DWorkload
+
+WL = Conv2DWorkload((1, 16, 9, 9), (32, 16, 3, 3), padding=(1, 1, 1, 1))
+CONFIGS = [Conv2DConfig(8, 16, 4), Conv2DConfig(16, 16, 3), Conv2DConfig(4, 32, 5, True, 2)]
+
+
+@pytest.fixture
+def fresh_jit(monkeypatch):
+    """An empty compile cache and helper pool for this test (the process's are left alone)."""
+    monkeypatch.setattr(jit, "_engines", {})
+    monkeypatch.setattr(jit, "_objects", {})
+    monkeypatch.setattr(jit, "_helpers", None)
+    yield
+    if jit._helpers:
+        jit._helpers.close()
+
+
+def _check_against_reference(workload, config, module):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(workload.data_shape, dtype=np.float32)
+    wt = rng.standard_normal(workload.kernel_shape, dtype=np.float32)
+    shapes = Conv2DKernel(workload, config, False, False, None)  # its arguments and scratch
+    linked = jit.Kernel(module, "conv2d", shapes.arg_shapes, shapes._scratch)
+    out = np.zeros(shapes.output_shape, np.float32)
+    linked(to_blocked(x, config.ic_bn), pack_weight(wt, config.ic_bn, config.oc_bn), out)
+    expected = conv2d_nchw(x, wt, padding=workload.padding)
+    np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_needed_texts_are_compiled_and_guesses_linked_later(fresh_jit, monkeypatch):
+    monkeypatch.setattr(jit.threads, "usable_cores", lambda: 2)  # one helper even on one core
+    texts = [conv2d_ir(WL, c) for c in CONFIGS]
+    jit.compile_ahead(texts[:2], guesses=[texts[2]])  # one here, one on the helper: no room for a guess
+    assert set(jit._engines) == set(texts[:2]) and not jit._objects
+    jit.compile_ahead([texts[0]], guesses=[texts[2]])  # compiled already: nothing to do
+    assert not jit._objects
+    jit._engines.pop(texts[0])
+    jit.compile_ahead([texts[0]], guesses=[texts[2]])
+    assert list(jit._objects) == [texts[2]]  # compiled by the helper, not linked yet
+    assert jit._objects[texts[2]][:4] == b"\x7fELF"
+    module = jit.compile_ir(texts[2])  # links the helper's object code
+    assert texts[2] not in jit._objects and jit._engines[texts[2]] is module
+    for text, config in zip(texts, CONFIGS):
+        _check_against_reference(WL, config, jit._engines[text])
+
+
+def test_a_dead_helper_or_bad_ir_costs_only_time(fresh_jit, monkeypatch):
+    monkeypatch.setattr(jit.threads, "usable_cores", lambda: 2)
+    texts = [conv2d_ir(WL, c) for c in CONFIGS]
+    with pytest.raises(RuntimeError):  # bad IR that is needed fails as compile_ir fails
+        jit.compile_ahead([texts[0], "define void @broken( {"])
+    jit.compile_ahead([texts[1]], guesses=["define void @broken( {"])  # a bad guess: nothing
+    assert texts[1] in jit._engines and not jit._objects
+    for p in jit._helpers._procs:
+        p.kill()
+        p.wait()
+    late = conv2d_ir(WL, Conv2DConfig(16, 32, 2))
+    jit.compile_ahead([texts[2], late], guesses=[])  # the dead helper's share compiles here
+    assert {texts[2], late} <= set(jit._engines) and jit._helpers.broken
+    _check_against_reference(WL, Conv2DConfig(16, 32, 2), jit._engines[late])
+    jit.compile_ahead([texts[0]], guesses=[])  # and from then on, everything
+    assert texts[0] in jit._engines
+
+
+def test_helper_pool_reports_errors_per_request():
+    pool = HelperPool(1)
+    try:
+        with pytest.raises(RuntimeError, match="expected"):
+            pool.submit("this is not IR").result()
+        assert pool.submit('define i32 @f() {\n  ret i32 7\n}\n').result()[:4] == b"\x7fELF"  # still alive
+    finally:
+        pool.close()
+
+
+class _Recording:
+    """A fake measure with the KernelTimer's ``prepare`` hook, recording what it was given."""
+
+    def __init__(self):
+        self.prepared, self.measured = [], []
+
+    def prepare(self, workload, config, guesses=()):
+        self.prepared.append((config, list(guesses)))
+
+    def __call__(self, workload, config):
+        self.measured.append(config)
+        return 1e-3 * (1 + abs(config.oc_bn - 16) / 16 + abs(config.ow_bn - 6) / 6)
+
+
+def test_guesses_never_change_the_search():
+    w = Conv2DWorkload((1, 64, 14, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    with_guesses = _Recording()
+    plain = lambda wl, c: _Recording.__call__(plain_record, wl, c)  # noqa: E731
+    plain_record = _Recording()
+    a = tune(w, trials=25, measure=with_guesses, lanes=16, seed=3)
+    b = tune(w, trials=25, measure=plain, lanes=16, seed=3)
+    assert [m.index for m in a.measurements] == [m.index for m in b.measurements]
+    # every measurement was prepared first, with one guess, but the last (nothing follows it)
+    assert [c for c, _ in with_guesses.prepared] == with_guesses.measured
+    assert [len(g) for _, g in with_guesses.prepared] == [1] * 24 + [0]
+    hits = sum(g == [nxt] for (_, g), nxt in zip(with_guesses.prepared, with_guesses.measured[1:]))
+    assert hits > 0  # the guesses are worth compiling on this smooth landscape
+
+
+def test_kernel_ir_is_what_build_compiles():
+    depthwise = Conv2DWorkload((1, 32, 8, 8), (32, 1, 3, 3), padding=(1, 1, 1, 1), groups=32)
+    cfg = Conv2DConfig(16, 16, 4)
+    kernel_ir(depthwise, cfg, bias=True, activation="relu")  # dispatched to the depthwise codegen
+    with pytest.raises(ValueError, match="depthwise"):
+        kernel_ir(depthwise, cfg, prologue=True)
+    text = kernel_ir(WL, CONFIGS[0], bias=True, activation="relu")
+    assert text == conv2d_ir(WL, CONFIGS[0], bias=True, activation="relu")
+
+
+def test_helpers_cpu_time_counts_as_ours(fresh_jit, monkeypatch):
+    """A load meter must not read our own helpers as another process using the cores."""
+    import sys
+
+    monkeypatch.setattr(jit.threads, "usable_cores", lambda: 2)
+    assert jit.helper_cpu_seconds() == 0.0  # none started yet
+    jit.compile_ahead([conv2d_ir(WL, CONFIGS[0])], guesses=[conv2d_ir(WL, CONFIGS[1])])
+    if sys.platform.startswith("linux"):
+        assert jit.helper_cpu_seconds() > 0.0  # it started and compiled the guess
