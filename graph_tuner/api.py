@@ -26,6 +26,7 @@ from graph_tuner.plan import Plan, passthrough_plan
 from graph_tuner.records import read_records, target_cpu
 from graph_tuner.selection import required_step_blocks, required_transforms, select, select_measuring
 from graph_tuner.transform_costs import EstimateReport, TransformCosts
+from graph_tuner.winograd import runs_winograd
 
 SOLVERS = ("auto", "dp", "ilp", "pbqp")
 
@@ -280,7 +281,7 @@ def apply_records(
     chosen: dict[str, list] = {}
     for i, (op, rec) in enumerate(zip(convs, recs)):
         w = m.workload(op)
-        if cand.match_key(rec.workload) != cand.match_key(w):
+        if cand.match_key(rec.workload) != cand.match_key(w) and not runs_winograd(w, rec.workload):
             raise GraphTunerError(
                 f"{rec.source}: record {i} is for {cand.describe(rec.workload)} but layer {i} '{op.name}' is "
                 f"{cand.describe(w)}; the log was written for another model"

@@ -144,8 +144,11 @@ def layer_candidates(
     """
     if names is not None and len(names) != len(workloads):
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
+    from graph_tuner.winograd import gemm_of
+
     kind = target_kind(target)
-    wanted = {match_key(w) for w in workloads}
+    gemms = [gemm_of(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
+    wanted = {match_key(w) for w in [*workloads, *gemms] if w is not None}
     # A config measured several times (our tuner re-times its winners in rounds) counts at
     # the median of its records: the fastest of many noisy timings is biased low, and one
     # timing in a busy moment can be 2x slow.
@@ -184,8 +187,11 @@ def layer_candidates(
             ranks[key][pair] = rank
             pairs[pair] = Candidate(rec, config.ic_bn, config.oc_bn, time, config)
     out = []
-    for i, w in enumerate(workloads):
-        pairs = by_workload.get(match_key(w))
+    for i, (w, gemm) in enumerate(zip(workloads, gemms)):
+        pairs = dict(by_workload.get(match_key(w), {}))
+        for pair, c in by_workload.get(match_key(gemm), {}).items() if gemm is not None else ():
+            if pair not in pairs or c.time < pairs[pair].time:  # Winograd or direct: the faster
+                pairs[pair] = c
         if pairs:
             out.append(sorted(pairs.values(), key=lambda c: c.time)[:k])
             continue

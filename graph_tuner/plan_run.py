@@ -153,6 +153,7 @@ def retimed_cost_ms(plan, model=None) -> float:
     ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
     tuning ran; this separates "is the cost model additive?" from "is the log current?".
     """
+    from graph_tuner.winograd import runs_winograd
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
 
@@ -166,11 +167,16 @@ def retimed_cost_ms(plan, model=None) -> float:
     total = 0.0
     for lc in plan.layers:
         epi = tuple(sorted(epilogues.get(lc.name, {}).items()))
-        key = (lc.workload, lc.candidate.config, epi)
+        # A Winograd layer's record is its GEMM's, timed as the whole Winograd conv.
+        record = lc.candidate.record
+        timed = record.workload if record is not None and runs_winograd(lc.workload, record.workload) else lc.workload
+        key = (timed, lc.candidate.config, epi)
         if key not in seen:
             timer = timers.setdefault(epi, KernelTimer())  # one per epilogue: its own reject baseline
-            timer.epilogues[lc.workload] = dict(epi)
-            seen[key] = timer(lc.workload, lc.candidate.config)
+            timer.epilogues[timed] = dict(epi)
+            if timed is not lc.workload:
+                timer.winograd[timed] = lc.workload
+            seen[key] = timer(timed, lc.candidate.config)
         total += seen[key]
     for t in plan.transforms:
         key = t.key

@@ -535,7 +535,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     transforms = kwargs.pop("transforms", True)
     print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
-    workloads = m.distinct_workloads()
+    workloads = model_workloads(m)
     kwargs["trials"] = trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
@@ -564,14 +564,24 @@ def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     m = load_model(model)
     if kwargs.get("measure") is None:
         kwargs["measure"] = model_timer(m)
-    return retime_workloads(m.distinct_workloads(), log_path, **kwargs)
+    return retime_workloads(model_workloads(m), log_path, **kwargs)
+
+
+def model_workloads(model) -> list[tuple[Conv2DWorkload, int]]:
+    """What tuning a model tunes: its distinct conv workloads, then the Winograd GEMMs of its
+    eligible layers (:mod:`graph_tuner.winograd`), each with its layer count."""
+    from graph_tuner import winograd
+
+    return model.distinct_workloads() + winograd.tuning_workloads(model)
 
 
 def model_timer(model):
-    """The tuner's timer for a model's convs: each workload with its layers' fused epilogue."""
+    """The tuner's timer for a model's convs: each workload with its layers' fused epilogue,
+    a Winograd GEMM timed as its whole conv."""
+    from graph_tuner import winograd
     from kernels.tuner import KernelTimer
 
-    return KernelTimer(epilogues=workload_epilogues(model))
+    return KernelTimer(epilogues=workload_epilogues(model), winograd=winograd.convs_of(model))
 
 
 def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
@@ -583,9 +593,14 @@ def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
 
     from graph_tuner.fusion import conv_epilogues
 
+    from graph_tuner import winograd
+
     epilogues = conv_epilogues(model)
     votes: dict[Conv2DWorkload, Counter] = {}
     for op in model.convs():
         key = tuple(sorted(epilogues[op.name].items(), key=lambda kv: kv[0]))
-        votes.setdefault(model.workload(op), Counter())[key] += 1
+        w = model.workload(op)
+        for timed in (w, winograd.gemm_of(w)):  # a Winograd GEMM is timed as its conv
+            if timed is not None:
+                votes.setdefault(timed, Counter())[key] += 1
     return {w: dict(c.most_common(1)[0][0]) for w, c in votes.items()}

@@ -518,11 +518,15 @@ class KernelTimer:
     # Many short repeats: their median skips the repeats another process disturbed (on a
     # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms).
     def __init__(self, min_repeat_ms: float = 2.0, repeat: int = 9, reject_factor: float = 4.0,
-                 epilogues: Mapping[Conv2DWorkload, Mapping] | None = None):
+                 epilogues: Mapping[Conv2DWorkload, Mapping] | None = None,
+                 winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None):
         self.min_repeat_ms, self.repeat, self.reject_factor = min_repeat_ms, repeat, reject_factor
         # build_conv2d's epilogue arguments per workload (bias, residual, activation,
         # affine_out, affine_activation): time kernels as the network runs them.
         self.epilogues = dict(epilogues or {})
+        # Winograd GEMM workload -> its conv (kernels.winograd): a config of the GEMM is
+        # timed as the whole Winograd conv, transforms and the conv's epilogue included.
+        self.winograd = dict(winograd or {})
         self.best: dict[Conv2DWorkload, float] = {}
 
     def prepare(self, workload: Conv2DWorkload, config: Conv2DConfig, guesses: Iterable[Conv2DConfig] = ()) -> None:
@@ -531,12 +535,15 @@ class KernelTimer:
         the measurement, which builds the kernel again (from the cache where it compiled)."""
         from kernels.conv2d import kernel_ir
         from kernels.jit import compile_ahead
+        from kernels.winograd import winograd_epilogue, winograd_ir
 
         epilogue = dict(self.epilogues.get(workload, {}))
+        conv = self.winograd.get(workload)
         texts = []
         for c in [config, *guesses]:
             try:
-                texts.append(kernel_ir(workload, c, **epilogue))
+                texts.append(winograd_ir(conv, c, **winograd_epilogue(epilogue)) if conv is not None
+                             else kernel_ir(workload, c, **epilogue))
             except ValueError:
                 if c is config:
                     return
@@ -548,10 +555,13 @@ class KernelTimer:
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
         from kernels.conv2d import build_conv2d
         from kernels.timing import cold_arrays, measure, random_array
+        from kernels.winograd import build_winograd, winograd_epilogue
 
         epilogue = dict(self.epilogues.get(workload, {}))
+        conv = self.winograd.get(workload)
         try:
-            kernel = build_conv2d(workload, config, **epilogue)
+            kernel = (build_winograd(conv, config, **winograd_epilogue(epilogue)) if conv is not None
+                      else build_conv2d(workload, config, **epilogue))
         except ValueError as e:
             raise MeasureError(INSTANTIATION_ERROR, str(e)) from None
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError

@@ -332,15 +332,15 @@ def test_tune_model_times_each_workload_with_its_layers_epilogue(tmp_path, monke
     seen = []
 
     class Timer:
-        def __init__(self, epilogues):
-            seen.append(epilogues)
+        def __init__(self, epilogues, winograd):
+            seen.append((epilogues, winograd))
 
         def __call__(self, workload, config):
             return fake(workload, config)
 
     monkeypatch.setattr("kernels.tuner.KernelTimer", Timer)
     tune_model(model, tmp_path / "t.log", trials=3, progress=False, transforms=False, confirm=0)
-    assert seen == [epilogues]
+    assert seen == [(epilogues, {})]  # 16 channels: no Winograd GEMMs (graph_tuner.winograd)
 
 
 def test_retime_replaces_the_finalists_records_and_keeps_everything_else(tmp_path):

@@ -192,8 +192,10 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
 
 def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> ProgramStep:
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers."""
+    from graph_tuner.winograd import runs_winograd
     from kernels.conv2d import build_conv2d
     from kernels.packing import pack_depthwise_weight, pack_weight
+    from kernels.winograd import build_winograd, transform_weight, winograd_epilogue
 
     conv = model.op(s.ops[0])
     w = model.workload(conv)
@@ -210,7 +212,15 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     if s.prologue is not None:
         scale, shift, _ = fold_affine(model, s.prologue, params)
         second.update(scale_in=scale, shift_in=shift)
-    kernel = build_conv2d(w, config, **step_epilogue(model, s))  # the epilogue the tuner timed it with
+    record = lc.candidate.record
+    if record is not None and runs_winograd(w, record.workload):  # the plan chose its GEMM's record
+        try:
+            kernel = build_winograd(w, config, **winograd_epilogue(step_epilogue(model, s)))
+        except ValueError as e:
+            raise GraphTunerError(f"layer '{conv.name}': {e}; solve without its Winograd records") from None
+        weight = transform_weight(weight)
+    else:
+        kernel = build_conv2d(w, config, **step_epilogue(model, s))  # the epilogue the tuner timed it with
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
     # With a prologue the conv reads what its chain would have (in the block it checked to agree).

@@ -1,0 +1,56 @@
+"""Which conv layers may run as Winograd F(4x4, 3x3) (:mod:`kernels.winograd`), and how that
+choice travels: as records.
+
+A Winograd kernel's schedule is its GEMM's (a grouped 1x1 conv over the image of tiles,
+:func:`kernels.winograd.gemm_workload`), so its records are records of that GEMM workload,
+timed as the whole Winograd conv (both transforms and the layer's epilogue included) by
+the tuner. A layer's candidates are then its direct records and its GEMM's, side by side:
+both read and write the layer's tensors in ``(ic_bn, oc_bn)`` blocks, so the solver picks
+per layer, with the layout transforms in view, and a plan's record for the layer says
+which kernel runs it. A log without GEMM records (any log from before) plans direct convs.
+
+>>> from graph_tuner.loading import load_model
+>>> m = load_model("resnet-18")
+>>> len(tuning_workloads(m)), sum(n for _, n in tuning_workloads(m))
+(4, 13)
+"""
+from __future__ import annotations
+
+from kernels.winograd import gemm_workload, supported
+from kernels.workload import Conv2DWorkload
+
+# Fewer channels than this leave the GEMM too little to block (and the transforms, a
+# memory pass over input and output, a larger share).
+MIN_CHANNELS = 32
+
+
+def eligible(workload: Conv2DWorkload) -> bool:
+    """Whether a layer of this workload gets Winograd candidates (tuned and planned)."""
+    return supported(workload) and min(workload.in_channels, workload.out_channels) >= MIN_CHANNELS
+
+
+def gemm_of(workload: Conv2DWorkload) -> Conv2DWorkload | None:
+    """The GEMM workload whose records are this layer's Winograd candidates, or None."""
+    return gemm_workload(workload) if eligible(workload) else None
+
+
+def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload) -> bool:
+    """Whether a record chosen for a layer of workload ``layer`` is a Winograd one."""
+    gemm = gemm_of(layer)
+    return gemm is not None and record.data_shape == gemm.data_shape and record.kernel_shape == gemm.kernel_shape \
+        and record.groups == gemm.groups
+
+
+def tuning_workloads(model) -> list[tuple[Conv2DWorkload, int]]:
+    """The GEMM workloads to tune for a model's eligible layers, with their layer counts."""
+    counts: dict[Conv2DWorkload, int] = {}
+    for w, n in model.distinct_workloads():
+        gemm = gemm_of(w)
+        if gemm is not None:
+            counts[gemm] = counts.get(gemm, 0) + n
+    return list(counts.items())
+
+
+def convs_of(model) -> dict[Conv2DWorkload, Conv2DWorkload]:
+    """GEMM workload -> the layer workload it is the Winograd form of (what the tuner times)."""
+    return {gemm_of(w): w for w, _ in model.distinct_workloads() if gemm_of(w) is not None}

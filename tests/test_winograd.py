@@ -1,0 +1,157 @@
+"""Winograd F(4x4, 3x3) convs (kernels.winograd) against the numpy reference, and as plan
+candidates (graph_tuner.winograd): tuned as their GEMM, chosen per layer, run by the executor."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kernels import Conv2DConfig, Conv2DWorkload
+from kernels.conv2d import pack_weight
+from kernels.packing import from_blocked, to_blocked
+from kernels.reference import activate, conv2d_nchw
+from kernels.tuner import KernelTimer
+from kernels.winograd import build_winograd, gemm_workload, supported, transform_weight, winograd_epilogue
+
+
+def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
+    rng = np.random.default_rng(seed)
+    oc = wl.out_channels
+    x = rng.standard_normal(wl.data_shape, dtype=np.float32)
+    w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    res = rng.standard_normal((1, oc, wl.out_height, wl.out_width)).astype(np.float32)
+    scale, shift = rng.standard_normal(oc).astype(np.float32), rng.standard_normal(oc).astype(np.float32)
+    k = build_winograd(wl, cfg, **epilogue)
+    out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
+    out2 = np.full(k.output_shape, np.nan, np.float32)
+    args = {}
+    if epilogue.get("bias"):
+        args["bias"] = b
+    if epilogue.get("residual"):
+        args["residual"] = to_blocked(res, cfg.oc_bn)
+    if epilogue.get("affine_out"):
+        args.update(out2=out2, scale2=scale, shift2=shift)
+    k(to_blocked(x, cfg.ic_bn), pack_weight(transform_weight(w), cfg.ic_bn, cfg.oc_bn), out, **args)
+    y = conv2d_nchw(x, w, padding=(1, 1, 1, 1), bias=b if epilogue.get("bias") else None,
+                    residual=res if epilogue.get("residual") else None, activation=epilogue.get("activation"))
+    scale_of = np.abs(y).max()
+    np.testing.assert_allclose(from_blocked(out), y, rtol=0, atol=2e-5 * scale_of)
+    if epilogue.get("affine_out"):
+        y2 = activate(y * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1), epilogue.get("affine_activation"))
+        np.testing.assert_allclose(from_blocked(out2), y2, rtol=0, atol=2e-5 * np.abs(y2).max())
+
+
+@st.composite
+def cases(draw):
+    c = draw(st.sampled_from([4, 8, 16, 24, 32]))
+    oc = draw(st.sampled_from([8, 16, 32, 48]))
+    h, w = draw(st.integers(1, 13)), draw(st.integers(1, 13))  # tiles cut by the border or not
+    wl = Conv2DWorkload((1, c, h, w), (oc, c, 3, 3), padding=(1, 1, 1, 1))
+    ic_bn = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if c % d == 0]))
+    oc_bn = draw(st.sampled_from([d for d in (4, 8, 16, 32) if oc % d == 0]))
+    tw = -(-w // 4)
+    cfg = Conv2DConfig(ic_bn, oc_bn, draw(st.integers(1, max(1, min(tw, 4)))), False, draw(st.integers(1, 2)))
+    epi = draw(st.sampled_from([{}, dict(bias=True, activation="relu"), dict(bias=True, residual=True),
+                                dict(activation="relu", affine_out=True, affine_activation="relu")]))
+    return wl, cfg, epi
+
+
+@settings(max_examples=25, deadline=None)
+@given(cases())
+def test_matches_the_reference_conv(case):
+    """Any channel blocks, sizes not a multiple of the tile (border tiles partly outside),
+    the epilogues a network fuses."""
+    wl, cfg, epi = case
+    _run(wl, cfg, **epi)
+
+
+def test_a_resnet_stage():
+    _run(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)), Conv2DConfig(16, 16, 7, False, 2),
+         bias=True, activation="relu")
+
+
+def test_what_it_supports():
+    w = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    assert supported(w)
+    assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1)))
+    assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 1, 1)))
+    assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 32, 3, 3), padding=(1, 1, 1, 1), groups=2))
+    with pytest.raises(ValueError, match="3x3 stride-1"):
+        gemm_workload(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3)))  # unpadded: the output shrinks
+    with pytest.raises(ValueError, match="prologue"):
+        winograd_epilogue(dict(prologue=True))
+    assert winograd_epilogue(dict(bias=True, affine_out=False, prologue=False)) == dict(bias=True, affine_out=False)
+
+
+def test_the_tuner_times_a_gemm_as_its_whole_conv():
+    """A GEMM config timed through the timer's Winograd map costs its transforms too: more
+    than the same GEMM alone."""
+    conv = Conv2DWorkload((1, 32, 28, 28), (32, 32, 3, 3), padding=(1, 1, 1, 1))
+    gemm, cfg = gemm_workload(conv), Conv2DConfig(16, 16, 7)
+    alone = min(KernelTimer(repeat=5)(gemm, cfg) for _ in range(3))
+    whole = min(KernelTimer(repeat=5, winograd={gemm: conv})(gemm, cfg) for _ in range(3))
+    assert whole > alone
+
+
+def test_layer_candidates_take_the_faster_of_direct_and_winograd():
+    from graph_tuner.candidates import layer_candidates
+    from graph_tuner.records import make_conv2d_record, read_records
+    from graph_tuner.winograd import gemm_of, runs_winograd
+    from kernels.config_space import tuning_space
+
+    conv = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    small = Conv2DWorkload((1, 16, 28, 28), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    assert gemm_of(small) is None  # too few channels: never tuned or planned as Winograd
+    gemm = gemm_of(conv)
+
+    def record(w, ic_bn, oc_bn, seconds):
+        space = tuning_space(w)
+        entity = space.config_entity(Conv2DConfig(ic_bn, oc_bn, 7))
+        return make_conv2d_record(w, entity, space.index(entity), [seconds], "llvm -mcpu=znver4")
+
+    log = read_records([record(conv, 16, 16, 3e-3), record(conv, 16, 32, 1e-3), record(gemm, 16, 16, 2e-3),
+                        record(gemm, 32, 32, 2.5e-3)])
+    (cands,) = layer_candidates([conv], log, k=5)
+    by_pair = {(c.in_block, c.out_block): c for c in cands}
+    assert set(by_pair) == {(16, 16), (16, 32), (32, 32)}
+    assert runs_winograd(conv, by_pair[(16, 16)].record.workload)  # 2 ms beats the direct 3 ms
+    assert not runs_winograd(conv, by_pair[(16, 32)].record.workload)  # only direct has this pair
+    assert runs_winograd(conv, by_pair[(32, 32)].record.workload)
+    (direct_only,) = layer_candidates([conv], read_records([record(conv, 16, 16, 3e-3)]), k=5)
+    assert [c.time for c in direct_only] == [3e-3]  # a log without GEMM records: as before
+
+
+def test_a_plan_runs_its_winograd_layers():
+    """A plan whose layers chose GEMM records runs them as Winograd kernels (weights
+    transformed, epilogues fused: bias, residual adds, a pre-activation unit's second
+    output), and the network matches the reference."""
+    import dataclasses
+
+    from graph_tuner.executor import compile_model, run_reference, uniform_plan
+    from graph_tuner.records import make_conv2d_record, read_records
+    from graph_tuner.winograd import gemm_of
+    from graph_tuner.zoo.resnet import resnet
+    from kernels.config_space import tuning_space
+    from kernels.winograd import WinogradKernel
+
+    m = resnet(18, image_size=64)  # 3x3 convs on 16x16 down to 2x2 images
+    plan = uniform_plan(m, 16)
+    layers = []
+    for lc in plan.layers:
+        gemm = gemm_of(lc.workload)
+        if gemm is not None:
+            space = tuning_space(gemm)
+            config = dataclasses.replace(lc.candidate.config, ow_bn=1, unroll_kw=False)  # in any GEMM's space
+            entity = space.config_entity(config)
+            rec = read_records([make_conv2d_record(gemm, entity, space.index(entity), [1e-3], "llvm")]).records[0]
+            lc = dataclasses.replace(lc, candidate=dataclasses.replace(lc.candidate, record=rec, config=config,
+                                                                       is_fallback=False))
+        layers.append(lc)
+    plan = dataclasses.replace(plan, layers=layers)
+    params = m.params(seed=1)
+    x = np.random.default_rng(1).standard_normal(m.op(m.inputs[0]).shape, dtype=np.float32)
+    prog = compile_model(m, plan, params)
+    got = prog.run(x)[0]
+    want = run_reference(m, params, x)[0]
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+    winograd = [s for s in prog.steps if isinstance(getattr(s.fn, "keep", (None,))[0], WinogradKernel)]
+    assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= 8
