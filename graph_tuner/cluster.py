@@ -328,8 +328,9 @@ class _Run:
         return future
 
     def submit_convs(self, workloads, epilogues: dict, *, trials: list[int], time_budget: float | None,
-                     confirm: int) -> list:
-        """One job per workload and machine type; ``trials``: each workload's (:func:`trial_budget`)."""
+                     confirm: int, winograd: dict | None = None) -> list:
+        """One job per workload and machine type; ``trials``: each workload's (:func:`trial_budget`);
+        ``winograd``: GEMM workload -> the conv it is timed as (:func:`graph_tuner.winograd.convs_of`)."""
         futures = []
         for g in self.groups:
             # A machine tunes one workload at a time: the budget of the workloads a machine
@@ -341,7 +342,7 @@ class _Run:
                 measured = g.state.convs.get(key, {})
                 job = ConvJob(f"graph-tuner-{self.run_id}-{g.cpu}-{i}", i, len(workloads), w, count, g.target,
                               n_trials, budget, finalists, dict(measured), g.state.retimed(key),
-                              dict(epilogues.get(w, {})), self.measure)
+                              dict(epilogues.get(w, {})), self.measure, (winograd or {}).get(w))
                 self.bar.total += max(0, n_trials - len(measured))
                 g.pending += 1
                 # The largest first: the run then ends with small ones filling the machines.
@@ -479,12 +480,13 @@ def tune_on_cluster(
     from tqdm import tqdm
 
     from graph_tuner.loading import load_model
-    from graph_tuner.tuning import trial_budget, workload_epilogues
+    from graph_tuner import winograd
+    from graph_tuner.tuning import model_workloads, trial_budget, workload_epilogues
 
     if time_budget is not None and not time_budget > 0:
         raise GraphTunerError(f"--time-budget must be > 0 seconds, got {time_budget}")
     m = load_model(model, batch=batch)
-    workloads = m.distinct_workloads()
+    workloads = model_workloads(m)
     budget = trial_budget(workloads, trials)  # before connecting: a bad --trials fails at once
     client, owned = connect(cluster)
     run = None
@@ -511,7 +513,7 @@ def tune_on_cluster(
         run = _Run(client, groups, workers, bar, emit, measure=measure, measure_transform=measure_transform)
         epilogues = {} if measure is not None else workload_epilogues(m)
         pending = as_completed(run.submit_convs(workloads, epilogues, trials=budget, time_budget=time_budget,
-                                                confirm=confirm), loop=client.loop)
+                                                confirm=confirm, winograd=winograd.convs_of(m)), loop=client.loop)
         for future in pending:
             group = run.finish(future)
             if group.pending == 0 and transforms and not group.transforms_sent:

@@ -37,6 +37,7 @@ class ConvJob:
     retimed: dict  # config index -> re-timings in the log
     epilogue: dict  # build_conv2d's fused-epilogue arguments (graph_tuner.tuning.workload_epilogues)
     measure: Callable | None = None  # the tuner's measure (default: KernelTimer with the epilogue)
+    winograd_of: Any = None  # the conv workload a Winograd GEMM workload is timed as (graph_tuner.winograd)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def run_conv_job(job: ConvJob) -> JobReport:
             measured[msg["index"]] = msg["seconds"]
     summary = WorkloadSummary.from_log(job.workload, job.count, measured)
     summary.trials = job.trials
-    measure = job.measure or KernelTimer(epilogues={job.workload: job.epilogue})
+    measure = job.measure or KernelTimer(epilogues={job.workload: job.epilogue},
+                                         winograd={job.workload: job.winograd_of} if job.winograd_of else None)
 
     def on_measure(m) -> None:
         summary.add(m)

@@ -155,3 +155,18 @@ def test_a_plan_runs_its_winograd_layers():
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
     winograd = [s for s in prog.steps if isinstance(getattr(s.fn, "keep", (None,))[0], WinogradKernel)]
     assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= 8
+
+
+def test_tuning_a_model_tunes_its_winograd_gemms_timed_whole():
+    from graph_tuner.loading import load_model
+    from graph_tuner.tuning import model_timer, model_workloads, workload_epilogues
+    from graph_tuner.winograd import gemm_of
+
+    m = load_model("resnet-18")
+    tuned = [w for w, _ in model_workloads(m)]
+    gemms = {gemm_of(w): w for w, _ in m.distinct_workloads() if gemm_of(w) is not None}
+    assert len(gemms) == 4 and set(gemms) <= set(tuned)
+    timer = model_timer(m)
+    assert timer.winograd == gemms
+    epilogues = workload_epilogues(m)
+    assert all(epilogues[g] == epilogues[w] for g, w in gemms.items())  # timed with its conv's epilogue

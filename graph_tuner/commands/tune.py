@@ -90,7 +90,7 @@ def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
     from graph_tuner.cluster import log_name, tune_on_cluster
     from graph_tuner.errors import GraphTunerError
     from graph_tuner.loading import load_model
-    from graph_tuner.tuning import check_log
+    from graph_tuner.tuning import check_log, model_workloads
 
     out = Path(args.output)
     model_file = args.model if Path(args.model).is_file() else None
@@ -107,7 +107,7 @@ def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
                              progress=not args.no_progress, print_fn=print, name=log_name(args.model))
     logs = ", ".join(str(p) for p in result.logs.values())
     n = len(result.workers)
-    print(f"tuned {len(model.distinct_workloads())} workloads on {n} worker{'s' if n != 1 else ''} in "
+    print(f"tuned {len(model_workloads(model))} workloads on {n} worker{'s' if n != 1 else ''} in "
           f"{result.wall_seconds:.1f} s (the cluster's overhead: {100 * result.overhead():.1f}% of the measuring "
           f"time); log{'s' if len(result.logs) > 1 else ''}: {logs}")
     return 0
