@@ -533,17 +533,12 @@ class KernelTimer:
         """Compile ``config``'s kernel and, on helper processes meanwhile, those of ``guesses``
         (configs likely measured next): :func:`kernels.jit.compile_ahead`. Errors are left to
         the measurement, which builds the kernel again (from the cache where it compiled)."""
-        from kernels.conv2d import kernel_ir
         from kernels.jit import compile_ahead
-        from kernels.winograd import winograd_epilogue, winograd_ir
 
-        epilogue = dict(self.epilogues.get(workload, {}))
-        conv = self.winograd.get(workload)
         texts = []
         for c in [config, *guesses]:
             try:
-                texts.append(winograd_ir(conv, c, **winograd_epilogue(epilogue)) if conv is not None
-                             else kernel_ir(workload, c, **epilogue))
+                texts.append(self._kernel(workload, c, ir=True))
             except ValueError:
                 if c is config:
                     return
@@ -552,16 +547,23 @@ class KernelTimer:
         except RuntimeError:  # LLVM refused it: measured as a failure
             pass
 
-    def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
-        from kernels.conv2d import build_conv2d
-        from kernels.timing import cold_arrays, measure, random_array
-        from kernels.winograd import build_winograd, winograd_epilogue
+    def _kernel(self, workload: Conv2DWorkload, config: Conv2DConfig, ir: bool = False):
+        """The kernel timed for a config (its IR text with ``ir``): the conv with its
+        epilogue, or the Winograd conv a GEMM workload stands for."""
+        from kernels.conv2d import build_conv2d, kernel_ir
+        from kernels.winograd import build_winograd, winograd_epilogue, winograd_ir
 
         epilogue = dict(self.epilogues.get(workload, {}))
         conv = self.winograd.get(workload)
+        if conv is None:
+            return (kernel_ir if ir else build_conv2d)(workload, config, **epilogue)
+        return (winograd_ir if ir else build_winograd)(conv, config, **winograd_epilogue(epilogue))
+
+    def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
+        from kernels.timing import cold_arrays, measure, random_array
+
         try:
-            kernel = (build_winograd(conv, config, **winograd_epilogue(epilogue)) if conv is not None
-                      else build_conv2d(workload, config, **epilogue))
+            kernel = self._kernel(workload, config)
         except ValueError as e:
             raise MeasureError(INSTANTIATION_ERROR, str(e)) from None
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError
