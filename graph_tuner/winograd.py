@@ -16,25 +16,23 @@ which kernel runs it. A log without GEMM records (any log from before) plans dir
 """
 from __future__ import annotations
 
-from kernels.winograd import gemm_workload, supported, tiles
+from kernels.winograd import gemm_workload, supported
 from kernels.workload import Conv2DWorkload
 
 # Fewer channels than this leave the GEMM too little to block (and the transforms, a
 # memory pass over input and output, a larger share).
 MIN_CHANNELS = 32
-# Fewer tiles than this (an output under 9x9) and each of the 36 transformed weight matrices,
-# together 4x the direct conv's weights, serves only a few pixels: the GEMM waits on memory.
-# ResNet's 512-channel 7x7 conv (4 tiles): 0.84 ms as Winograd, 0.89 direct, on the Zen 4 EPYC,
-# not worth the 17 s of tuning it took.
-MIN_TILES = 9
+# Smaller outputs than this and the GEMM waits on its weights (36 transformed matrices, 4x
+# the direct conv's, each serving a few tiles). On the Zen 4 EPYC, median of re-timings:
+# ResNet's 512-channel 7x7 conv 1.00 ms as Winograd against 0.91 direct; Inception's
+# 448->384 on 8x8 0.55 against 0.76 (its 4 tiles fit the 8x8 output exactly; 7x7 wastes 23%).
+MIN_PIXELS = 64
 
 
 def eligible(workload: Conv2DWorkload) -> bool:
     """Whether a layer of this workload gets Winograd candidates (tuned and planned)."""
-    if not supported(workload):
-        return False
-    rows, cols = tiles(workload)
-    return min(workload.in_channels, workload.out_channels) >= MIN_CHANNELS and rows * cols >= MIN_TILES
+    return (supported(workload) and min(workload.in_channels, workload.out_channels) >= MIN_CHANNELS
+            and workload.out_height * workload.out_width >= MIN_PIXELS)
 
 
 def gemm_of(workload: Conv2DWorkload) -> Conv2DWorkload | None:
