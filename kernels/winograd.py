@@ -170,6 +170,7 @@ def output_transform_ir(name: str, workload: Conv2DWorkload, block: int, lanes: 
     res_p = arg_ptr(f, 4) if residual else None
     img, b, t = decompose(f, "%item", [n, ob_count, th])
     chunks = vector_chunks(block, lanes)
+
     def per_channel(ptr: str) -> list[str]:
         return [f.load(vty(w), f.gep(ptr, f.affine((b, block), const=off))) for off, w in chunks]
 

@@ -18,7 +18,7 @@ def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(oc).astype(np.float32)
-    res = rng.standard_normal((1, oc, wl.out_height, wl.out_width)).astype(np.float32)
+    res = rng.standard_normal((wl.data_shape[0], oc, wl.out_height, wl.out_width)).astype(np.float32)
     scale, shift = rng.standard_normal(oc).astype(np.float32), rng.standard_normal(oc).astype(np.float32)
     k = build_winograd(wl, cfg, **epilogue)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
@@ -45,7 +45,7 @@ def cases(draw):
     c = draw(st.sampled_from([4, 8, 16, 24, 32]))
     oc = draw(st.sampled_from([8, 16, 32, 48]))
     h, w = draw(st.integers(1, 13)), draw(st.integers(1, 13))  # tiles cut by the border or not
-    wl = Conv2DWorkload((1, c, h, w), (oc, c, 3, 3), padding=(1, 1, 1, 1))
+    wl = Conv2DWorkload((draw(st.integers(1, 2)), c, h, w), (oc, c, 3, 3), padding=(1, 1, 1, 1))
     ic_bn = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if c % d == 0]))
     oc_bn = draw(st.sampled_from([d for d in (4, 8, 16, 32) if oc % d == 0]))
     tw = -(-w // 4)
@@ -59,7 +59,7 @@ def cases(draw):
 @given(cases())
 def test_matches_the_reference_conv(case):
     """Any channel blocks, sizes not a multiple of the tile (border tiles partly outside),
-    the epilogues a network fuses."""
+    batches of 1 and 2, the epilogues a network fuses."""
     wl, cfg, epi = case
     _run(wl, cfg, **epi)
 
