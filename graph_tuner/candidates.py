@@ -136,7 +136,8 @@ def layer_candidates(
     """Candidates of each x86 conv layer (in the given order), fastest first.
 
     Per layer: the records of x86 conv tasks for ``target``'s kind whose workload
-    equals the layer's (:func:`match_key`), a config's time the median of its records' times,
+    equals the layer's (:func:`match_key`) or its Winograd GEMM's (:mod:`graph_tuner.winograd`),
+    a config's time the median of its records' times,
     the fastest config per (in_block, out_block) among those timed more than once if any
     were (re-timed finalists), then the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
     with ``fallback=True`` it gets one AutoTVM-fallback candidate (:func:`fallback_candidate`)
@@ -189,9 +190,11 @@ def layer_candidates(
     out = []
     for i, (w, gemm) in enumerate(zip(workloads, gemms)):
         pairs = dict(by_workload.get(match_key(w), {}))
+        rank = dict(ranks.get(match_key(w), {}))
         for pair, c in by_workload.get(match_key(gemm), {}).items() if gemm is not None else ():
-            if pair not in pairs or c.time < pairs[pair].time:  # Winograd or direct: the faster
-                pairs[pair] = c
+            theirs = ranks[match_key(gemm)][pair]
+            if pair not in pairs or theirs < rank[pair]:  # Winograd or direct, by the rule above
+                pairs[pair], rank[pair] = c, theirs
         if pairs:
             out.append(sorted(pairs.values(), key=lambda c: c.time)[:k])
             continue

@@ -591,9 +591,8 @@ def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
     A record is per workload, so layers of one workload share its time."""
     from collections import Counter
 
-    from graph_tuner.fusion import conv_epilogues
-
     from graph_tuner import winograd
+    from graph_tuner.fusion import conv_epilogues
 
     epilogues = conv_epilogues(model)
     votes: dict[Conv2DWorkload, Counter] = {}

@@ -8,6 +8,8 @@ the tuner. A layer's candidates are then its direct records and its GEMM's, side
 both read and write the layer's tensors in ``(ic_bn, oc_bn)`` blocks, so the solver picks
 per layer, with the layout transforms in view, and a plan's record for the layer says
 which kernel runs it. A log without GEMM records (any log from before) plans direct convs.
+(A model with a real 36-group 1x1 conv of a GEMM's very shape would read those records as its
+own; no model we know has one.)
 
 >>> from graph_tuner.loading import load_model
 >>> m = load_model("resnet-18")
@@ -15,6 +17,8 @@ which kernel runs it. A log without GEMM records (any log from before) plans dir
 (3, 10)
 """
 from __future__ import annotations
+
+import dataclasses
 
 from kernels.winograd import gemm_workload, supported
 from kernels.workload import Conv2DWorkload
@@ -30,33 +34,44 @@ MIN_PIXELS = 64
 
 
 def eligible(workload: Conv2DWorkload) -> bool:
-    """Whether a layer of this workload gets Winograd candidates (tuned and planned)."""
+    """Whether tuning a model tunes the Winograd GEMM of a layer of this workload."""
     return (supported(workload) and min(workload.in_channels, workload.out_channels) >= MIN_CHANNELS
             and workload.out_height * workload.out_width >= MIN_PIXELS)
 
 
 def gemm_of(workload: Conv2DWorkload) -> Conv2DWorkload | None:
-    """The GEMM workload whose records are this layer's Winograd candidates, or None."""
-    return gemm_workload(workload) if eligible(workload) else None
+    """The GEMM workload whose records are this layer's Winograd candidates (any layer the
+    kernel can run, tuned by this version's rule or not), or None."""
+    return gemm_workload(workload) if supported(workload) else None
 
 
 def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload) -> bool:
-    """Whether a record chosen for a layer of workload ``layer`` is a Winograd one."""
+    """Whether a record chosen for a layer of workload ``layer`` is a Winograd one (its GEMM's,
+    the output dtype ignored as :func:`graph_tuner.candidates.match_key` does)."""
     gemm = gemm_of(layer)
-    return gemm is not None and record.data_shape == gemm.data_shape and record.kernel_shape == gemm.kernel_shape \
-        and record.groups == gemm.groups
+    return gemm is not None and dataclasses.replace(record, out_dtype="") == dataclasses.replace(gemm, out_dtype="")
+
+
+def _tuned(model) -> dict[Conv2DWorkload, tuple[Conv2DWorkload, int]]:
+    """GEMM workload -> (the conv it is timed as, its layer count), for the model's eligible
+    layers. A GEMM two of its conv workloads share (64 channels at 15x15 and 16x16 both make
+    4x4 tiles) is left out: one record cannot time two different convs."""
+    found: dict[Conv2DWorkload, tuple[Conv2DWorkload, int]] = {}
+    shared = set()
+    for w, n in model.distinct_workloads():
+        if eligible(w):
+            gemm = gemm_workload(w)
+            if gemm in found and found[gemm][0] != w:
+                shared.add(gemm)
+            found[gemm] = (w, found.get(gemm, (w, 0))[1] + n)
+    return {g: v for g, v in found.items() if g not in shared}
 
 
 def tuning_workloads(model) -> list[tuple[Conv2DWorkload, int]]:
     """The GEMM workloads to tune for a model's eligible layers, with their layer counts."""
-    counts: dict[Conv2DWorkload, int] = {}
-    for w, n in model.distinct_workloads():
-        gemm = gemm_of(w)
-        if gemm is not None:
-            counts[gemm] = counts.get(gemm, 0) + n
-    return list(counts.items())
+    return [(gemm, n) for gemm, (_, n) in _tuned(model).items()]
 
 
 def convs_of(model) -> dict[Conv2DWorkload, Conv2DWorkload]:
     """GEMM workload -> the layer workload it is the Winograd form of (what the tuner times)."""
-    return {gemm_of(w): w for w, _ in model.distinct_workloads() if gemm_of(w) is not None}
+    return {gemm: w for gemm, (w, _) in _tuned(model).items()}

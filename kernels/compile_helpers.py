@@ -1,7 +1,7 @@
 """Helper processes that compile LLVM IR to object code, for :func:`kernels.jit.compile_ahead`.
 
 llvmlite serialises every LLVM call behind one lock, so threads cannot compile side by
-side; processes can. Each helper is ``python -m kernels.compile_helpers``, started once
+side; processes can. Each helper is ``python -m kernels.compile_worker``, started once
 and fed requests over its stdin: a length-prefixed IR text in, a status byte and
 length-prefixed object code (or error text) out. Not ``multiprocessing``: its spawned
 children re-run the caller's ``__main__`` (a user script without a main guard would run

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -217,6 +218,17 @@ _objects: dict[str, bytes] = {}  # object code compiled ahead, by IR text, until
 _helpers = None  # the helper pool: None (not started yet), False (none), or a HelperPool
 
 
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helpers and their pipes are not ours to use."""
+    global _helpers
+    _helpers = None
+    _objects.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
 def object_code(ir_text: str) -> bytes:
     """Object code of IR text for the host CPU, optimised as :func:`compile_ir` does (what a
     helper process runs)."""
@@ -226,12 +238,15 @@ def object_code(ir_text: str) -> bytes:
     return _target_machine().emit_object(module)
 
 
+HELPER_TIMEOUT = 120.0  # seconds: a helper slower than this on one kernel is taken for stuck
+
+
 def _helper_pool():
     global _helpers
     if _helpers is None:
         from kernels.compile_helpers import HelperPool
 
-        count = min(threads.usable_cores() - 1, 3)
+        count = min(threads.usable_cores() - 1, 1)  # its one caller wants one text ahead
         _helpers = False
         if count > 0:
             try:
@@ -248,8 +263,8 @@ def helper_cpu_seconds() -> float:
 
 
 def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
-    """Compile IR texts into :func:`compile_ir`'s cache, in this process and in helper
-    processes (one per other usable core, at most 3) side by side. Every text in ``needed``
+    """Compile IR texts into :func:`compile_ir`'s cache, in this process and in a helper
+    process (where there is another usable core) side by side. Every text in ``needed``
     is compiled; ``guesses`` (texts likely wanted next, best first) fill helpers that would
     otherwise wait while this process compiles, and are linked only if later asked for.
     Returns when all of it is done, so nothing compiles while a caller times a kernel.
@@ -262,17 +277,20 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     width = 1 + (pool.size if pool and not pool.broken else 0)
     mine, theirs = todo[::width], [t for k, t in enumerate(todo) if k % width]
     spare = width - 1 - len(theirs)
-    ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in todo][:max(spare, 0)]
-    for t in [t for t in _objects if t not in needed]:  # an earlier call's guesses, not wanted
+    keep = set(needed) | set(guesses)
+    for t in [t for t in _objects if t not in keep]:  # an earlier call's guesses, not wanted
         del _objects[t]
-    futures = {t: pool.submit(t) for t in theirs + ahead} if width > 1 else {}
-    for t in mine:
-        compile_ir(t)
-    for t, future in futures.items():
-        try:
-            _objects[t] = future.result()
-        except Exception:  # a dead helper or bad IR: compile_ir compiles (or raises) it here
-            pass
+    ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in _objects and t not in todo]
+    futures = {t: pool.submit(t) for t in theirs + ahead[:max(spare, 0)]} if width > 1 else {}
+    try:
+        for t in mine:
+            compile_ir(t)
+    finally:  # even when this process's share fails: no helper may still compile afterwards
+        for t, future in futures.items():
+            try:
+                _objects[t] = future.result(timeout=HELPER_TIMEOUT)
+            except Exception:  # a dead or stuck helper, or bad IR: compile_ir compiles (or raises) it here
+                pass
     for t in theirs:
         compile_ir(t)
 

@@ -494,8 +494,9 @@ PARAMETERS = ("weight", "bias", "scale2", "shift2")  # a conv's arguments that a
 
 
 class KernelTimer:
-    """The default ``measure``: build the kernel (:func:`kernels.conv2d.build_conv2d`, cached
-    in-process) and time it with :func:`kernels.timing.measure` on random-filled buffers.
+    """The default ``measure``: build the kernel (:func:`kernels.conv2d.build_conv2d`, or for a
+    Winograd GEMM workload in ``winograd`` the whole :func:`kernels.winograd.build_winograd`;
+    cached in-process) and time it with :func:`kernels.timing.measure` on random-filled buffers.
 
     Timed as inside a network (:func:`kernels.timing.cold_arrays`): the weights, bias and
     second-output scale/shift come from memory on every call (they rotate through copies

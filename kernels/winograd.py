@@ -29,7 +29,7 @@ import numpy as np
 
 from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
-from kernels.conv2d import conv2d_ir
+from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy
 from kernels.ir import IntrinsicSet, arg_ptr, decompose, fsplat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
 from kernels.threads import parallel_entry_ir
@@ -71,7 +71,8 @@ def gemm_workload(workload: Conv2DWorkload) -> Conv2DWorkload:
 
 def winograd_epilogue(epilogue: dict) -> dict:
     """:func:`kernels.conv2d.build_conv2d`'s epilogue arguments as :func:`build_winograd` takes
-    them (bias, residual, activation); ValueError for what it has not (a second output, a prologue)."""
+    them (bias, residual, activation, the affine second output); ValueError for an input
+    prologue, which it has not (only 1x1 convs get one)."""
     if epilogue.get("prologue"):
         raise ValueError("Winograd kernels have no input prologue")
     return {k: epilogue[k] for k in ("bias", "residual", "activation", "affine_out", "affine_activation")
@@ -221,15 +222,19 @@ def winograd_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = 
     text = input_transform_ir(f"{name}_in", workload, config.ic_bn, lanes, intr)
     text += output_transform_ir(f"{name}_out", workload, config.oc_bn, lanes, intr, bias=bias, residual=residual,
                                 activation=activation, affine_out=affine_out, affine_activation=affine_activation)
+    if pads_by_copy(gemm, config) or compact_input(gemm) is not None:  # never for a 1x1 stride-1 conv
+        raise ValueError(f"the Winograd GEMM {gemm} would need scratch of its own")
     text += conv2d_ir(gemm, config, name=f"{name}_gemm", lanes=lanes) + intr.declarations()
     text += parallel_entry_ir(f"{name}_phase_in", [(f"{name}_in", n * (c // config.ic_bn) * th)])
     text += parallel_entry_ir(f"{name}_phase_out", [(f"{name}_out", n * (oc // config.oc_bn) * th)])
-    # The GEMM's own argument block: data = V, weight = U, out = M (kernels.conv2d.ARGS, 11 slots).
+    # The GEMM's own argument block: data = V, weight = U, out = M, the rest null (kernels.conv2d.ARGS
+    # and its scratch slot, unused by a 1x1 stride-1 conv).
+    slots = SCRATCH_ARG + 1
     return _declare_once(text) + f"""define void @{name}(ptr %args, i32 %nthreads) nounwind {{
 entry:
   call void @{name}_phase_in(ptr %args, i32 %nthreads)
-  %gargs = alloca [11 x ptr], align 8
-  call void @llvm.memset.p0.i64(ptr %gargs, i8 0, i64 88, i1 false)
+  %gargs = alloca [{slots} x ptr], align 8
+  call void @llvm.memset.p0.i64(ptr %gargs, i8 0, i64 {8 * slots}, i1 false)
   %vp = getelementptr inbounds ptr, ptr %args, i64 {V_ARG}
   %v = load ptr, ptr %vp, align 8
   %up = getelementptr inbounds ptr, ptr %args, i64 1
@@ -277,7 +282,8 @@ def _shared_scratch(which: int, shape: tuple[int, ...]) -> np.ndarray:
 class WinogradKernel(Kernel):
     """``k(data, weight, out, bias=None, residual=None, out2=None, scale2=None, shift2=None)`` in
     NCHWc; ``weight`` is :func:`transform_weight`'s, packed by :func:`kernels.packing.pack_weight`
-    in the config's blocks."""
+    in the config's blocks. Every Winograd kernel of the process shares one V and one M buffer
+    (:func:`_shared_scratch`): run one Winograd kernel at a time, as a network's steps run."""
 
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool, activation,
                  affine_out: bool = False, affine_activation=None):
