@@ -598,8 +598,7 @@ def workload_epilogues(model) -> dict[Conv2DWorkload, dict]:
     votes: dict[Conv2DWorkload, Counter] = {}
     for op in model.convs():
         key = tuple(sorted(epilogues[op.name].items(), key=lambda kv: kv[0]))
-        w = model.workload(op)
-        for timed in (w, winograd.gemm_of(w)):  # a Winograd GEMM is timed as its conv
-            if timed is not None:
-                votes.setdefault(timed, Counter())[key] += 1
-    return {w: dict(c.most_common(1)[0][0]) for w, c in votes.items()}
+        votes.setdefault(model.workload(op), Counter())[key] += 1
+    chosen = {w: dict(c.most_common(1)[0][0]) for w, c in votes.items()}
+    # A Winograd GEMM that is tuned is timed as its conv, with the conv's epilogue.
+    return chosen | {gemm: chosen[conv] for gemm, conv in winograd.convs_of(model).items()}
