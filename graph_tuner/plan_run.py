@@ -168,8 +168,8 @@ def retimed_cost_ms(plan, model=None) -> float:
     for lc in plan.layers:
         epi = tuple(sorted(epilogues.get(lc.name, {}).items()))
         # A Winograd layer's record is its GEMM's, timed as the whole Winograd conv.
-        record = lc.candidate.record
-        timed = record.workload if record is not None and runs_winograd(lc.workload, record.workload) else lc.workload
+        record = getattr(lc.candidate.record, "workload", None)
+        timed = record if runs_winograd(lc.workload, record) else lc.workload
         key = (timed, lc.candidate.config, epi)
         if key not in seen:
             timer = timers.setdefault(epi, KernelTimer())  # one per epilogue: its own reject baseline

@@ -45,10 +45,11 @@ def gemm_of(workload: Conv2DWorkload) -> Conv2DWorkload | None:
     return gemm_workload(workload) if supported(workload) else None
 
 
-def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload) -> bool:
-    """Whether a record chosen for a layer of workload ``layer`` is a Winograd one (its GEMM's,
-    the output dtype ignored as :func:`graph_tuner.candidates.match_key` does)."""
-    gemm = gemm_of(layer)
+def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:
+    """Whether a record (of workload ``record``; None: none, a fallback) chosen for a layer of
+    workload ``layer`` is a Winograd one: its GEMM's, the output dtype ignored as
+    :func:`graph_tuner.candidates.match_key` does."""
+    gemm = gemm_of(layer) if record is not None else None
     return gemm is not None and dataclasses.replace(record, out_dtype="") == dataclasses.replace(gemm, out_dtype="")
 
 

@@ -840,15 +840,21 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     return True
 
 
+def _depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None:
+    """The depthwise kernel's arguments if ``workload`` runs on it (None: the conv2d kernel);
+    ValueError for what it has not (a second output, an input prologue)."""
+    if not (workload.is_depthwise and workload.out_channels == workload.in_channels):
+        return None
+    if epilogue.get("affine_out") or epilogue.get("prologue"):
+        raise ValueError("depthwise kernels have no affine second output or input prologue")
+    return {k: epilogue[k] for k in ("bias", "residual", "activation") if k in epilogue}
+
+
 def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
     """The IR text :func:`build_conv2d` compiles for these arguments (so that it can be
     compiled ahead, :func:`kernels.jit.compile_ahead`); raises ValueError where it would."""
-    if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        if epilogue.get("affine_out") or epilogue.get("prologue"):
-            raise ValueError("depthwise kernels have no affine second output or input prologue")
-        return depthwise_ir(workload, config, **{k: epilogue[k] for k in ("bias", "residual", "activation")
-                                                 if k in epilogue})
-    return conv2d_ir(workload, config, **epilogue)
+    depthwise = _depthwise_epilogue(workload, epilogue)
+    return conv2d_ir(workload, config, **epilogue) if depthwise is None else depthwise_ir(workload, config, **depthwise)
 
 
 @functools.lru_cache(maxsize=None)
@@ -862,9 +868,9 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
     (which has no affine second output).
     """
-    if workload.is_depthwise and workload.out_channels == workload.in_channels:
-        if affine_out or prologue:
-            raise ValueError("depthwise kernels have no affine second output or input prologue")
-        return build_depthwise(workload, config, bias=bias, residual=residual, activation=activation)
+    depthwise = _depthwise_epilogue(workload, dict(bias=bias, residual=residual, activation=activation,
+                                                    affine_out=affine_out, prologue=prologue))
+    if depthwise is not None:
+        return build_depthwise(workload, config, **depthwise)
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
                         prologue_activation)

@@ -212,8 +212,7 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict) -> Progra
     if s.prologue is not None:
         scale, shift, _ = fold_affine(model, s.prologue, params)
         second.update(scale_in=scale, shift_in=shift)
-    record = lc.candidate.record
-    if record is not None and runs_winograd(w, record.workload):  # the plan chose its GEMM's record
+    if runs_winograd(w, getattr(lc.candidate.record, "workload", None)):  # the plan chose its GEMM's record
         try:
             kernel = build_winograd(w, config, **winograd_epilogue(step_epilogue(model, s)))
         except ValueError as e:
