@@ -37,12 +37,12 @@ def build(model, plan, params, name: str, value) -> object:
     """The plan's program with ``kernels.conv2d.<name>`` set to ``value`` while its kernels compile."""
     old = getattr(conv, name)
     setattr(conv, name, value)
-    conv.build_conv2d.cache_clear()  # kernels built with the other value must not be reused
+    conv.clear_caches()  # kernels built with the other value must not be reused
     try:
         return compile_model(model, plan, params)
     finally:
         setattr(conv, name, old)
-        conv.build_conv2d.cache_clear()
+        conv.clear_caches()
 
 
 def main() -> None:

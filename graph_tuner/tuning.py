@@ -61,6 +61,12 @@ from kernels.workload import Conv2DWorkload
 
 DEFAULT_TRIALS = 40
 MIN_TRIALS = 12  # a floor for small workloads: enough to try the layout pairs a plan may want
+# A workload whose search starts from a sibling's timings (siblings, tune_workloads) finds its
+# fast configs in fewer trials: this share of its budget, at least MIN_WARM_TRIALS (one
+# config for each of the 8 layout pairs the search wants first).
+WARM_SHARE = 0.5
+MIN_WARM_TRIALS = 8
+WARM_SIBLINGS = 2  # siblings whose timings start a search
 # FLOP per byte where a conv stops being memory-bound (Zen 4: ~120 GFLOP/s a core against
 # ~15-30 GB/s from L3 or memory): a depthwise conv's time follows its bytes, not its FLOPs.
 MACHINE_BALANCE = 8
@@ -75,6 +81,25 @@ def finalist_budget(trials: Sequence[int], confirm: int) -> list[int]:
     """
     full = max(trials, default=1)
     return [max(1, math.ceil(confirm * t / full)) if confirm else 0 for t in trials]
+
+
+def siblings(w: Conv2DWorkload, others: Iterable[Conv2DWorkload]) -> list[Conv2DWorkload]:
+    """The ``others`` that are ``w`` but for the input channels (no groups), nearest in input
+    channels first: DenseNet's 1x1 convs over a growing concatenation, say. Their fast
+    configs are much like ``w``'s: in a cold tune of DenseNet-121, the best register tile of
+    the sibling tuned just before ran within 5% of a workload's best in 30 of the 41
+    workloads where both had timed it.
+
+    >>> a, b, c = (Conv2DWorkload((1, ic, 14, 14), (128, ic, 1, 1)) for ic in (256, 288, 320))
+    >>> [x.in_channels for x in siblings(b, [a, c, Conv2DWorkload((1, 288, 7, 7), (128, 288, 1, 1))])]
+    [320, 256]
+    """
+    def key(v: Conv2DWorkload) -> tuple:
+        return (v.data_shape[0], v.data_shape[2:], v.kernel_shape[0], v.kernel_shape[2:], v.strides, v.padding,
+                v.dilation, v.groups, v.layout, v.out_dtype)
+
+    found = [v for v in others if v != w and v.groups == 1 == w.groups and key(v) == key(w)]
+    return sorted(found, key=lambda v: (abs(math.log(v.in_channels / w.in_channels)), v.in_channels))
 
 
 def trial_budget(workloads: Sequence[tuple[Conv2DWorkload, int]], trials: int) -> list[int]:
@@ -100,6 +125,21 @@ def trial_budget(workloads: Sequence[tuple[Conv2DWorkload, int]], trials: int) -
     average = sum(costs) / max(len(costs), 1)
     floor = min(trials, MIN_TRIALS)
     return [max(floor, min(trials, math.ceil(trials * c / average))) if average else trials for c in costs]
+
+
+def warm_budget(workloads: Sequence[tuple[Conv2DWorkload, int]], trials: Sequence[int]) -> list[int]:
+    """``trials`` (:func:`trial_budget`) for a run that tunes ``workloads`` in order: one with a
+    sibling before it (:func:`siblings`) starts its search from the sibling's timings
+    (:func:`warm_start`) and gets ``WARM_SHARE`` of its trials, at least ``MIN_WARM_TRIALS``.
+    (Not for the cluster, whose machines tune siblings at the same time.)
+
+    >>> a, b = (Conv2DWorkload((1, ic, 56, 56), (64, ic, 3, 3), padding=(1, 1, 1, 1)) for ic in (64, 96))
+    >>> warm_budget([(a, 4), (b, 4)], [40, 40]), warm_budget([(a, 4), (b, 4)], [40, 12])
+    ([40, 20], [40, 8])
+    """
+    earlier = [w for w, _ in workloads]
+    return [max(min(t, MIN_WARM_TRIALS), math.ceil(t * WARM_SHARE)) if siblings(w, earlier[:i]) else t
+            for i, ((w, _), t) in enumerate(zip(workloads, trials))]
 
 
 
@@ -323,6 +363,7 @@ def tune_workloads(
     start = time.perf_counter()
     summaries = []
     n = len(workloads)
+    searched = {key: dict(runs) for key, runs in state.convs.items()}  # search timings, as the run goes
     with _open_log(path) as log:
         for i, ((w, count), trials, confirm) in enumerate(zip(workloads, per, finalist_budget(per, confirm)), 1):
             key = conv_input_key(w, target)
@@ -335,12 +376,13 @@ def tune_workloads(
             bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
                        unit="trial", disable=not progress, leave=True)
 
-            def on_measure(m, summary=summary, bar=bar, w=w):
+            def on_measure(m, summary=summary, bar=bar, w=w, key=key):
                 log.write(format_record(measurement_record(w, m, target)) + "\n")
                 log.flush()
                 summary.add(m)
                 if m.confirmation:
                     return
+                searched.setdefault(key, {})[m.index] = m.seconds
                 bar.update(1)
                 if summary.best_gflops:
                     bar.set_postfix_str(f"best {summary.best_gflops:.1f} GFLOP/s")
@@ -348,7 +390,8 @@ def tune_workloads(
             t0, load = time.perf_counter(), OtherLoad().start()
             try:
                 tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure,
-                     confirm=confirm, retimed=state.retimed(key))
+                     confirm=confirm, retimed=state.retimed(key),
+                     warm=warm_start(w, [v for v, _ in workloads[:i - 1]], searched, target))
             finally:
                 bar.close()
             summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
@@ -429,6 +472,20 @@ def retime_workloads(
         kept += [format_record(measurement_record(w, m, target)) for m in ms]
     atomic_write_text(path, "\n".join(kept) + "\n")
     return len(replaced)
+
+
+def warm_start(w: Conv2DWorkload, earlier: Sequence[Conv2DWorkload], searched: dict[str, dict[int, float | None]],
+               target: str, count: int = WARM_SIBLINGS) -> list[tuple[Conv2DWorkload, Conv2DConfig, float]]:
+    """The search timings (``searched``: conv input key -> {config index: seconds}) of the
+    ``count`` nearest :func:`siblings` of ``w`` among the ``earlier`` workloads, for
+    :func:`kernels.tuner.tune`'s ``warm``. Only workloads tuned before ``w``: a rerun after a
+    kill finds them complete, so it starts ``w``'s search from the same data."""
+    out = []
+    for v in siblings(w, earlier)[:count]:
+        for index, seconds in searched.get(conv_input_key(v, target), {}).items():
+            if seconds is not None:
+                out.append((v, _config(v, index), seconds))
+    return out
 
 
 def measurement_record(w: Conv2DWorkload, m, target: str) -> dict:
@@ -536,7 +593,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     print_fn = kwargs.get("print_fn", lambda s: None)
     measure_transform = kwargs.get("measure_transform")
     workloads = model_workloads(m)
-    kwargs["trials"] = trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS))
+    kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
         target = host_target()

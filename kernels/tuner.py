@@ -16,7 +16,9 @@ codegen can build and whose register tile is not :func:`hopeless`:
 2. diversity: one config for each of the most plausible ``(ic_bn, oc_bn)`` layout pairs
    (blocks near the SIMD width first) until ``min_pairs`` pairs have a measurement --
    the graph tuner needs several layouts per layer to trade kernel time against
-   layout transforms; the config of a pair is the one the cost model ranks best;
+   layout transforms; the config of a pair is the one the cost model ranks best. With
+   ``warm`` timings of a related workload, its finalists (fastest config of each of its
+   ``min_pairs`` fastest pairs, where they are configs of this space) come first;
 3. guided: a ridge regression of log(time) on config features (:func:`features`),
    refitted after every measurement, picks the best-predicted unmeasured config; with
    probability ``epsilon`` a random one from the better-predicted half instead
@@ -29,11 +31,14 @@ codegen can build and whose register tile is not :func:`hopeless`:
    alone had left ResNet-50's 512->128 1x1 conv with its best tile (oc32 x ow3) measured
    under ``ic_bn`` 512 only.
 
-Compiling is most of a trial's time (LLVM, ~60% on DenseNet-121). A ``measure`` with a
-``prepare(workload, config, guesses)`` method (:class:`KernelTimer`) is first asked to
-compile the pick and, on a helper process meanwhile, the config the search would pick next
-if this one took its predicted time (:meth:`_Search.guess_after`): when that guess is
-right, the next trial only links it. The picks never depend on the guesses.
+Compiling is most of a trial's time (LLVM, ~60% on DenseNet-121), so the search picks in
+pairs: the second config of a pair is the one it would pick after the first if the first
+took its predicted time (:meth:`_Search.guess_after`; batch Bayesian optimisation's
+"kriging believer"). A ``measure`` with a ``prepare(workload, config, guesses)`` method
+(:class:`KernelTimer`) is asked to compile a pair's first config and, on a helper process
+meanwhile, its second, which then only links. The pairs depend on the timings alone, never
+on the measure, so a rerun after a kill resumes mid-pair as the unkilled run went on.
+(Guessing the next pick without committing to it was right 40-44% of the time.)
 
 Before there is data to fit, the model's place is taken by a prior
 (:func:`prior_log_time`): full vectors and accumulators filling ~5/8 of the vector
@@ -56,7 +61,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -263,23 +268,44 @@ class _Search:
     epsilon: float
     seed: int
     default: int | None  # AutoTVM's fallback schedule, measured first
+    warm: Sequence[tuple[Conv2DWorkload, Conv2DConfig, float]] = ()  # a related workload's timings
     feats: np.ndarray = field(init=False)
     prior: np.ndarray = field(init=False)
+    warm_feats: np.ndarray = field(init=False)
+    warm_residual: np.ndarray = field(init=False)
+    seeds: list[int] = field(init=False)  # the warm workload's fastest config of each pair, fastest first
 
     def __post_init__(self):
         self.feats = np.array([features(self.workload, c, self.lanes) for c in self.configs])
         self.prior = np.array([prior_log_time(self.workload, c, self.lanes) for c in self.configs])
+        # Scaled by FLOPs to this workload's size, as residuals from its prior: the model
+        # starts from where the related workload's configs landed instead of the prior alone.
+        warm = [(c, s * self.workload.flops / w.flops) for w, c, s in self.warm if s and s > 0]
+        self.warm_feats = np.array([features(self.workload, c, self.lanes) for c, _ in warm]).reshape(len(warm), self.feats.shape[1])
+        self.warm_residual = np.array([math.log(s) - prior_log_time(self.workload, c, self.lanes) for c, s in warm])
+        # Measured first (after the default): the warm workload's finalists, as far as they
+        # are configs of this space. They stand in for the diversity phase's layout pairs.
+        where = {c: i for i, c in enumerate(self.configs)}
+        allowed = set(self.candidates)
+        fastest: dict[tuple[int, int], tuple[float, int]] = {}
+        for c, s in warm:
+            i = where.get(c)
+            if i in allowed:
+                fastest[(c.ic_bn, c.oc_bn)] = min(fastest.get((c.ic_bn, c.oc_bn), (math.inf, i)), (s, i))
+        self.seeds = [i for _, i in sorted(fastest.values())[:self.min_pairs]]
 
     def predicted(self) -> np.ndarray:
         """Predicted log times. The model learns the measured landscape's departure from the
         prior, so with few points (strongly regularised) it stays close to the prior instead
         of extrapolating."""
         ok = [(i, s) for i, s in self.seconds.items() if s is not None and s > 0]
-        if len(ok) < 3:
+        n = len(ok) + len(self.warm_residual)
+        if n < 3:
             return self.prior
-        idx = np.array([i for i, _ in ok])
-        residual = np.log([s for _, s in ok]) - self.prior[idx]
-        return self.prior + _ridge(self.feats[idx], residual, alpha=max(1.0, 30.0 / len(ok)))(self.feats)
+        idx = np.array([i for i, _ in ok], dtype=int)
+        x = np.vstack([self.feats[idx], self.warm_feats])
+        residual = np.concatenate([np.log([s for _, s in ok]) - self.prior[idx], self.warm_residual])
+        return self.prior + _ridge(x, residual, alpha=max(1.0, 30.0 / n))(self.feats)
 
     def measured_pairs(self) -> set[tuple[int, int]]:
         return {(self.configs[i].ic_bn, self.configs[i].oc_bn) for i, s in self.seconds.items() if s is not None}
@@ -291,8 +317,22 @@ class _Search:
         guess.seconds = {**self.seconds, i: float(np.exp(self.predicted()[i]))}
         return guess.pick()
 
+    def next(self) -> int | None:
+        """The next config to measure, None when none is left: with an even number measured,
+        the first of a pair (:meth:`pick`); else the pair's second, what :meth:`guess_after` said
+        when the last one measured was picked (recomputed from the timings before it, so a
+        rerun resuming mid-pair measures it too)."""
+        if len(self.seconds) % 2:
+            last = next(reversed(self.seconds))
+            before = copy.copy(self)
+            before.seconds = {i: s for i, s in self.seconds.items() if i != last}
+            second = before.guess_after(last)
+            if second is not None:
+                return second
+        return self.pick()
+
     def pick(self) -> int | None:
-        """The next config to measure, None when none is left."""
+        """The best config to measure next by what is measured, None when none is left."""
         configs, seconds, lanes = self.configs, self.seconds, self.lanes
         unmeasured = [i for i in self.candidates if i not in seconds]
         if not unmeasured:
@@ -304,6 +344,9 @@ class _Search:
         if self.default is not None and self.default not in seconds and supported(self.workload,
                                                                                  configs[self.default]):
             return self.default
+        seed = next((i for i in self.seeds if i not in seconds), None)
+        if seed is not None:
+            return seed
         pred = self.predicted()
         have = self.measured_pairs()
         if len(have) < self.min_pairs:
@@ -339,6 +382,7 @@ def tune(
     seed: int = 0,
     confirm: int = 0,
     retimed: Mapping[int, int] | None = None,
+    warm: Sequence[tuple[Conv2DWorkload, Conv2DConfig, float]] = (),
 ) -> TuneResult:
     """Search ``workload``'s config space; see the module doc for the order.
 
@@ -358,6 +402,11 @@ def tune(
     any point measures what the unkilled run would have. ``callback`` gets each new
     :class:`Measurement` as soon as it exists. ``measure`` raises :class:`MeasureError`
     for a failed config (any other exception counts as TVM's unknown error, 8).
+
+    ``warm``: ``(workload, config, seconds)`` search timings of related workloads (the
+    same conv but for its input channels, say). Scaled by FLOPs, they join the cost model's
+    data from the first pick, so a short search starts where theirs ended (transfer
+    learning, as AutoTVM's XGBoost tuner across tasks). Picks then depend on them too.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -380,19 +429,19 @@ def tune(
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
-    search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default)
+    search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm)
     start = time.perf_counter()
 
     while len(seconds) < trials:
         if time_budget is not None and time.perf_counter() - start >= time_budget:
             break
-        i = search.pick()
+        i = search.next()
         if i is None:
             break
         guesses = None
-        if hasattr(measure, "prepare"):  # compiles the next likely pick meanwhile
-            guess = search.guess_after(i) if len(seconds) + 1 < trials else None
-            guesses = [configs[guess]] if guess is not None else []
+        if hasattr(measure, "prepare"):  # a pair's first: its second compiles meanwhile
+            second = search.guess_after(i) if len(seconds) % 2 == 0 and len(seconds) + 1 < trials else None
+            guesses = [configs[second]] if second is not None else []
         m = _run(measure, workload, space, i, configs[i], guesses)
         seconds[i] = m.seconds if m.ok else None
         result.measurements.append(m)

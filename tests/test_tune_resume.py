@@ -78,17 +78,20 @@ def reference(tmp_path_factory):
         phases.append("retime" if key in seen else "search")
         seen.add(key)
     first_w2 = next(k for k, obj in enumerate(convs, 1) if obj["input"] != convs[0]["input"])
+    first_w3 = next(k for k, obj in enumerate(convs, 1) if obj["input"] not in (convs[0]["input"],
+                                                                              convs[first_w2 - 1]["input"]))
     retimes = [k for k, p in enumerate(phases, 1) if p == "retime"]
     assert phases[:tune_kill.TRIALS[0]] == ["search"] * tune_kill.TRIALS[0]
     # each workload: its finalists (4 for the full budget, 2 for half of it), each re-timed in 3 rounds
-    assert len(retimes) == sum(finalist_budget(tune_kill.TRIALS, tune_kill.CONFIRM)) * CONFIRM_ROUNDS == 18
+    assert len(retimes) == sum(finalist_budget(tune_kill.TRIALS, tune_kill.CONFIRM)) * CONFIRM_ROUNDS == 24
     assert sum(obj["result"][1] != 0 for obj in convs) > 0  # failed measurements are part of it
     assert len(transforms) > 4 and len(text.splitlines()) == len(convs) + len(transforms)
     w1_retimes = [k for k in retimes if k < first_w2]
     points = {
         "search-first": 1, "search-mid": tune_kill.TRIALS[0] // 2, "retime-first": w1_retimes[0],
         "retime-round-2": w1_retimes[tune_kill.CONFIRM + 1], "retime-last": w1_retimes[-1],
-        "second-workload-search": first_w2, "last-measurement": len(convs),
+        "second-workload-search": first_w2, "sibling-search-mid": first_w3 + tune_kill.TRIALS[2] // 2 - 1,
+        "last-measurement": len(convs),
         "transform-first": 1, "transform-mid": len(transforms) // 2,
         "transform-last": len(transforms),
         "line-search": 3, "line-retime": w1_retimes[1], "line-transform": len(convs) + 2,
@@ -99,7 +102,7 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("how, point", [
     ("measure", "search-first"), ("measure", "search-mid"), ("measure", "retime-first"),
     ("measure", "retime-round-2"), ("measure", "retime-last"),
-    ("measure", "second-workload-search"), ("measure", "last-measurement"),
+    ("measure", "second-workload-search"), ("measure", "sibling-search-mid"), ("measure", "last-measurement"),
     ("transform", "transform-first"), ("transform", "transform-mid"),
     ("transform", "transform-last"),
     ("line", "line-search"), ("line", "line-retime"), ("line", "line-transform"),

@@ -294,3 +294,54 @@ def test_finalists_do_not_depend_on_the_order_configs_were_measured_in():
     chosen = tuner_mod.finalists(configs, seconds, 6)
     assert len({(configs[i].ic_bn, configs[i].oc_bn) for i in chosen}) == 6
     assert [seconds[i] for i in chosen] == sorted(seconds[i] for i in chosen)
+
+
+W3_WIDER = Conv2DWorkload((1, 96, 56, 56), (64, 96, 3, 3), padding=(1, 1, 1, 1))  # W3 but for its input channels
+
+
+def _warm_from(workload, trials=40):
+    cold = tune(workload, trials=trials, measure=landscape, lanes=16)
+    return [(workload, m.config, m.seconds) for m in cold.measurements if m.ok]
+
+
+def test_a_warm_search_measures_its_siblings_finalists_first():
+    """After the default, the sibling's fastest config of each of its 8 fastest layout pairs
+    (those that are configs of this space), fastest first."""
+    warm = _warm_from(W3)
+    space = tuning_space(W3_WIDER)
+    configs = {space.config(i) for i in range(len(space))}
+    fastest = {}
+    for _, c, s in sorted(warm, key=lambda t: t[2]):
+        if c in configs and not hopeless(W3_WIDER, c, 16):
+            fastest.setdefault((c.ic_bn, c.oc_bn), c)
+    default = fallback_config(W3_WIDER, 16)
+    expected = [c for c in list(fastest.values())[:8] if c != default]  # the default is measured already
+    assert len(expected) >= 7
+    result = tune(W3_WIDER, trials=12, measure=landscape, lanes=16, warm=warm)
+    assert result.measurements[0].config == default
+    assert [m.config for m in result.measurements[1:1 + len(expected)]] == expected
+
+
+def odd(workload, c):
+    """A landscape the prior misjudges: best at 4 accumulators of oc_bn 64 (4 x ow_bn 1), ic_bn 8."""
+    return 1e-3 * (1 + abs(math.log2(c.oc_bn / 64)) + abs(math.log2(c.ic_bn / 8)) + abs(c.ow_bn * c.oh_bn - 1)
+                   + (0.0 if c.unroll_kw else 0.2))
+
+
+def test_a_short_warm_search_finds_what_a_longer_cold_one_does():
+    cold_sibling = tune(W3, trials=60, measure=odd, lanes=16)
+    warm = [(W3, m.config, m.seconds) for m in cold_sibling.measurements if m.ok]
+    cold = tune(W3_WIDER, trials=12, measure=odd, lanes=16)
+    warmed = tune(W3_WIDER, trials=12, measure=odd, lanes=16, warm=warm)
+    best_known = tune(W3_WIDER, trials=60, measure=odd, lanes=16).best.seconds
+    assert warmed.best.seconds <= best_known < cold.best.seconds
+
+
+@pytest.mark.parametrize("k", [1, 6, 9, 13])
+def test_a_resumed_warm_search_measures_what_the_unkilled_one_would(k):
+    warm = _warm_from(W3)
+    full = tune(W3_WIDER, trials=20, measure=landscape, lanes=16, warm=warm, epsilon=0.5)
+    order = [m.index for m in full.measurements]
+    logged = {m.index: m.seconds for m in full.measurements[:k]}
+    rest = tune(W3_WIDER, trials=20, measure=landscape, lanes=16, warm=warm, epsilon=0.5, measured=logged)
+    assert [m.index for m in rest.measurements] == order[k:]

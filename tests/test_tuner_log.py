@@ -416,3 +416,28 @@ def test_a_logged_time_that_is_no_time_counts_as_failed(tmp_path):
     assert s.new == 0 and s.confirmed == 6 and s.best_seconds > 0
     retimed = logged(log, host_target()).retimed(conv_input_key(W1, host_target()))
     assert len(retimed) == 2 and retimed.keys().isdisjoint(obj["config"]["index"] for obj in bad)
+
+
+def test_a_sibling_is_searched_from_the_timings_before_it(tmp_path):
+    """A workload that is an earlier one but for its input channels starts its search with
+    the earlier one's finalists (warm_start); one without such a sibling does not."""
+    sibling = Conv2DWorkload((1, 96, 14, 14), (64, 96, 1, 1))  # W1 with 96 input channels
+    seen = {}
+
+    def untied(w, c):  # fake, with every config's time its own (ties would leave the seed order open)
+        return fake(w, c) * (1 + 1e-4 * ((c.ic_bn * 7919 + c.oc_bn * 104729 + c.ow_bn * 31 + c.oh_bn * 17) % 1009))
+
+    def measure(w, c):
+        seen.setdefault(w, []).append(c)
+        return untied(w, c)
+
+    tune_fake([(W1, 1), (W3, 1), (sibling, 1)], tmp_path / "t.log", trials=[24, 24, 10], measure=measure, confirm=0)
+    first = {c: untied(W1, c) for c in seen[W1]}
+    best_pair = {}
+    for c, s in sorted(first.items(), key=lambda kv: kv[1]):
+        best_pair.setdefault((c.ic_bn, c.oc_bn), c)
+    space = tuning_space(sibling)
+    in_space = {space.config(i) for i in range(len(space))}
+    seeds = [c for c in list(best_pair.values())[:8] if c in in_space and c != seen[sibling][0]]
+    assert seeds and seen[sibling][1:1 + len(seeds)] == seeds
+    assert seen[W3][1:3] != [c for c in seeds[:2]]  # W3 is no sibling of W1: its own search

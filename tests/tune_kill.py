@@ -22,8 +22,10 @@ from kernels.workload import Conv2DWorkload
 WORKLOADS = [
     (Conv2DWorkload((1, 16, 6, 6), (16, 16, 3, 3), padding=(1, 1, 1, 1)), 2),
     (Conv2DWorkload((1, 16, 6, 6), (32, 16, 1, 1)), 1),
+    # the first's sibling: its search starts from the first's timings (graph_tuner.tuning.warm_start)
+    (Conv2DWorkload((1, 32, 6, 6), (16, 32, 3, 3), padding=(1, 1, 1, 1)), 1),
 ]
-TRIALS = [24, 12]  # per workload, as tune_model's trial_budget gives them
+TRIALS = [24, 12, 10]  # per workload, as tune_model's trial_budget gives them
 CONFIRM = 4  # finalists for a full budget (fewer for a reduced one), each re-timed CONFIRM_ROUNDS times
 
 
@@ -40,7 +42,7 @@ def transform_seconds(key) -> float:
 
 
 def run(log, measure=conv_seconds, measure_transform=transform_seconds):
-    """The tuning run every test repeats: both workloads, then their layout transforms."""
+    """The tuning run every test repeats: the workloads, then their layout transforms."""
     from graph_tuner.tuning import tune_workloads
 
     return tune_workloads(WORKLOADS, log, trials=TRIALS, confirm=CONFIRM, measure=measure,
