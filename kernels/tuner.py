@@ -566,8 +566,11 @@ class KernelTimer:
     """
 
     # Many short repeats: their median skips the repeats another process disturbed (on a
-    # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms).
-    def __init__(self, min_repeat_ms: float = 2.0, repeat: int = 9, reject_factor: float = 4.0,
+    # shared 2-core machine a 10 ms x 3 median read a 0.9 ms kernel as 1.2-3.6 ms). 5 x 1 ms
+    # took 12 ms a timing against 28 for 9 x 2 ms, with a spread (sd of log time, 8 timings of
+    # 10 DenseNet-121 convs) of 1.5% against 0.7%: a config's records are a search timing and
+    # 3 re-timings, and the plan takes their median.
+    def __init__(self, min_repeat_ms: float = 1.0, repeat: int = 5, reject_factor: float = 4.0,
                  epilogues: Mapping[Conv2DWorkload, Mapping] | None = None,
                  winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None):
         self.min_repeat_ms, self.repeat, self.reject_factor = min_repeat_ms, repeat, reject_factor

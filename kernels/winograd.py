@@ -27,6 +27,7 @@ import functools
 
 import numpy as np
 
+from kernels import hugepages
 from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
 from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy
@@ -275,7 +276,7 @@ def _shared_scratch(which: int, shape: tuple[int, ...]) -> np.ndarray:
     at a time; a kernel needing more than the current arena starts a larger one)."""
     size = int(np.prod(shape))
     if _arenas[which].size < size:
-        _arenas[which] = np.zeros(size, np.float32)
+        _arenas[which] = hugepages.zeros(size)
     return _arenas[which][:size].reshape(shape)
 
 

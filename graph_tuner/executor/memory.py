@@ -27,6 +27,8 @@ from typing import Callable, Hashable, Iterable
 
 import numpy as np
 
+from kernels import hugepages
+
 Key = Hashable  # a tensor name, or (name, block) for a transformed copy
 Place = dict  # key -> (root key, offset in elements)
 
@@ -163,7 +165,7 @@ def allocate(actions: list[tuple], shapes: dict, pinned: set, place: Place | Non
                 size = math.prod(shapes[r])
                 fits = [j for j, f in enumerate(free) if f.size >= size]
                 # Best fit: the smallest free buffer that holds it, else a new one.
-                owner[r] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else np.zeros(size, np.float32)
+                owner[r] = free.pop(min(fits, key=lambda j: free[j].size)) if fits else hugepages.zeros(size)
             at = place[w][1] if w in place else 0
             arrays[w] = owner[r][at:at + math.prod(shapes[w])].reshape(shapes[w])
         for r in dict.fromkeys(root_of(k) for k in [*reads, *written]):
