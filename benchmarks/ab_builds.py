@@ -31,6 +31,7 @@ from graph_tuner.host_state import probe_call
 from graph_tuner.loading import load_model
 from graph_tuner.shipped import shipped_log
 from kernels.threads import num_threads
+from kernels.winograd import build_winograd
 
 
 def build(model, plan, params, name: str, value) -> object:
@@ -38,11 +39,13 @@ def build(model, plan, params, name: str, value) -> object:
     old = getattr(conv, name)
     setattr(conv, name, value)
     conv.clear_caches()  # kernels built with the other value must not be reused
+    build_winograd.cache_clear()
     try:
         return compile_model(model, plan, params)
     finally:
         setattr(conv, name, old)
         conv.clear_caches()
+        build_winograd.cache_clear()
 
 
 def main() -> None:

@@ -62,8 +62,9 @@ from kernels.workload import Conv2DWorkload
 DEFAULT_TRIALS = 40
 MIN_TRIALS = 12  # a floor for small workloads: enough to try the layout pairs a plan may want
 # A workload whose search starts from a sibling's timings (siblings, tune_workloads) finds its
-# fast configs in fewer trials: this share of its budget, at least MIN_WARM_TRIALS (one
-# config for each of the 8 layout pairs the search wants first). DenseNet-121 at 0.5 and 0.75:
+# fast configs in fewer trials: this share of its budget, at least MIN_WARM_TRIALS (the
+# default config, 5 of the siblings' fastest layout pairs, then the last quarter's moves of the
+# fastest tiles to other input blocks: kernels.tuner's transfer phase). DenseNet-121 at 0.5 and 0.75:
 # its plan ran 0.991x and 1.002x, then 1.006x, the speed of a cold log's (benchmarks/README.md).
 WARM_SHARE = 0.75
 MIN_WARM_TRIALS = 8
@@ -89,7 +90,9 @@ def siblings(w: Conv2DWorkload, others: Iterable[Conv2DWorkload]) -> list[Conv2D
     channels first: DenseNet's 1x1 convs over a growing concatenation, say. Their fast
     configs are much like ``w``'s: in a cold tune of DenseNet-121, the best register tile of
     the sibling tuned just before ran within 5% of a workload's best in 30 of the 41
-    workloads where both had timed it.
+    workloads where both had timed it. The fused epilogue is not compared: a sibling timed
+    with another epilogue (DenseNet's transition conv against the bottlenecks beside it)
+    still starts the search, whose own timings then take over.
 
     >>> a, b, c = (Conv2DWorkload((1, ic, 14, 14), (128, ic, 1, 1)) for ic in (256, 288, 320))
     >>> [x.in_channels for x in siblings(b, [a, c, Conv2DWorkload((1, 288, 7, 7), (128, 288, 1, 1))])]
@@ -480,7 +483,8 @@ def warm_start(w: Conv2DWorkload, earlier: Sequence[Conv2DWorkload], searched: d
     """The search timings (``searched``: conv input key -> {config index: seconds}) of the
     ``count`` nearest :func:`siblings` of ``w`` among the ``earlier`` workloads, for
     :func:`kernels.tuner.tune`'s ``warm``. Only workloads tuned before ``w``: a rerun after a
-    kill finds them complete, so it starts ``w``'s search from the same data."""
+    kill finds them complete, so it starts ``w``'s search from the same data (unless a
+    ``--time-budget`` cut a sibling short: the rerun goes on with that sibling first)."""
     out = []
     for v in siblings(w, earlier)[:count]:
         for index, seconds in searched.get(conv_input_key(v, target), {}).items():

@@ -399,16 +399,18 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     activation_spec(prologue_activation, "prologue_activation")
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
-    return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, bias, residual, activation, affine_out,
-                        affine_activation, prologue, prologue_activation)
+    return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
+                        affine_out, affine_activation, prologue, prologue_activation)
 
 
 # The tuner asks for one config's text up to three times (compiling it ahead, then building
 # it; a pair's second also as the first's guess): 0.5-5 ms of Python each, 8% of tuning
-# DenseNet-121 (cProfile). Arguments normalised, so every caller's call hits the one entry.
+# DenseNet-121 (cProfile). Arguments normalised, so every caller's call hits the one entry;
+# ``threads`` is only part of the key (rows_per_item splits the rows by the thread count).
 @functools.lru_cache(maxsize=16)
-def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lanes: int, bias: bool, residual: bool,
-                 activation, affine_out: bool, affine_activation, prologue: bool, prologue_activation) -> str:
+def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lanes: int, threads: int, bias: bool,
+                 residual: bool, activation, affine_out: bool, affine_activation, prologue: bool,
+                 prologue_activation) -> str:
     c = conv_context(workload, config, name=name, lanes=lanes, bias=bias, residual=residual,
                      activation=activation, affine_out=affine_out, affine_activation=affine_activation,
                      prologue=prologue, prologue_activation=prologue_activation)
@@ -836,7 +838,8 @@ class Conv2DKernel(Kernel):
 
 
 def clear_caches() -> None:
-    """Forget the kernels and IR texts made so far: after a module setting changed (tests, A/B builds)."""
+    """Forget this module's kernels and IR texts made so far: after one of its settings changed
+    (tests, A/B builds; kernels built on them elsewhere, as Winograd's, have caches of their own)."""
     build_conv2d.cache_clear()
     _conv2d_text.cache_clear()
 

@@ -10,7 +10,7 @@ can get them, so :func:`zeros` aligns the buffer to 2 MiB itself and asks the ke
 or below ``MIN_BYTES``, it is a plain ``np.zeros``.
 
 >>> a = zeros(3 << 20)
->>> a.dtype, a.shape, float(a.max()), a.ctypes.data % HUGE_PAGE == 0
+>>> a.dtype, a.shape, float(a.max()), a.ctypes.data % HUGE_PAGE == 0 or not sys.platform.startswith("linux")
 (dtype('float32'), (3145728,), 0.0, True)
 >>> zeros(10).shape
 (10,)
@@ -23,8 +23,11 @@ import sys
 import numpy as np
 
 HUGE_PAGE = 2 << 20  # bytes (x86-64)
-MIN_BYTES = 1 << 20  # smaller buffers are not worth rounding up to a 2 MiB page
+# Smaller buffers stay in 4 KiB pages; one of 1-2 MiB takes a whole 2 MiB page (at most 2x its
+# size, for the few largest activations of a network: the A/B in benchmarks/README.md used this).
+MIN_BYTES = 1 << 20
 _MADV_HUGEPAGE = 14
+_libc = None
 
 
 def zeros(size: int) -> np.ndarray:
@@ -36,10 +39,18 @@ def zeros(size: int) -> np.ndarray:
     raw = np.empty((span + HUGE_PAGE) // 4, np.float32)  # room to align the start
     start = (-raw.ctypes.data % HUGE_PAGE) // 4
     out = raw[start:start + size]
-    try:
-        ctypes.CDLL(None, use_errno=True).madvise(ctypes.c_void_p(out.ctypes.data), ctypes.c_size_t(span),
-                                                  _MADV_HUGEPAGE)
-    except (OSError, AttributeError):  # no madvise here: 4 KiB pages it is
-        pass
+    _advise(out.ctypes.data, span)
     out[:] = 0  # first touch after the advice, so the pages faulted in are huge ones
     return out
+
+
+def _advise(address: int, nbytes: int) -> None:
+    """Ask for huge pages; where the kernel refuses (THP off) or has no madvise, the buffer
+    simply stays in 4 KiB pages: nothing to report."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(nbytes), ctypes.c_int(_MADV_HUGEPAGE))
+    except (OSError, AttributeError):
+        pass

@@ -17,8 +17,8 @@ codegen can build and whose register tile is not :func:`hopeless`:
    (blocks near the SIMD width first) until ``min_pairs`` pairs have a measurement --
    the graph tuner needs several layouts per layer to trade kernel time against
    layout transforms; the config of a pair is the one the cost model ranks best. With
-   ``warm`` timings of a related workload, its finalists (fastest config of each of its
-   ``min_pairs`` fastest pairs, where they are configs of this space) come first;
+   ``warm`` timings of related workloads, the fastest of their configs that are candidates
+   here, one for each of the ``min_pairs`` fastest layout pairs, come first;
 3. guided: a ridge regression of log(time) on config features (:func:`features`),
    refitted after every measurement, picks the best-predicted unmeasured config; with
    probability ``epsilon`` a random one from the better-predicted half instead
@@ -271,6 +271,7 @@ class _Search:
     warm: Sequence[tuple[Conv2DWorkload, Conv2DConfig, float]] = ()  # a related workload's timings
     feats: np.ndarray = field(init=False)
     prior: np.ndarray = field(init=False)
+    warm_index: np.ndarray = field(init=False)
     warm_feats: np.ndarray = field(init=False)
     warm_residual: np.ndarray = field(init=False)
     seeds: list[int] = field(init=False)  # the warm workload's fastest config of each pair, fastest first
@@ -281,30 +282,34 @@ class _Search:
         # Scaled by FLOPs to this workload's size, as residuals from its prior: the model
         # starts from where the related workload's configs landed instead of the prior alone.
         warm = [(c, s * self.workload.flops / w.flops) for w, c, s in self.warm if s and s > 0]
-        self.warm_feats = np.array([features(self.workload, c, self.lanes) for c, _ in warm]).reshape(len(warm), self.feats.shape[1])
-        self.warm_residual = np.array([math.log(s) - prior_log_time(self.workload, c, self.lanes) for c, s in warm])
-        # Measured first (after the default): the warm workload's finalists, as far as they
-        # are configs of this space. They stand in for the diversity phase's layout pairs.
         where = {c: i for i, c in enumerate(self.configs)}
+        self.warm_index = np.array([where.get(c, -1) for c, _ in warm], dtype=int)  # -1: not in this space
+        self.warm_feats = np.array([features(self.workload, c, self.lanes)
+                                    for c, _ in warm]).reshape(len(warm), self.feats.shape[1])
+        self.warm_residual = np.array([math.log(s) - prior_log_time(self.workload, c, self.lanes) for c, s in warm])
+        # Measured first (after the default): the fastest warm config of each of the fastest
+        # layout pairs, among this space's candidates (a pair whose fastest is not one offers
+        # its next). They stand in for the diversity phase's layout pairs.
         allowed = set(self.candidates)
-        fastest: dict[tuple[int, int], tuple[float, int]] = {}
-        for c, s in warm:
-            i = where.get(c)
+        scaled: dict[int, float] = {}
+        for (c, s), i in zip(warm, self.warm_index):
             if i in allowed:
-                fastest[(c.ic_bn, c.oc_bn)] = min(fastest.get((c.ic_bn, c.oc_bn), (math.inf, i)), (s, i))
-        self.seeds = [i for _, i in sorted(fastest.values())[:self.min_pairs]]
+                scaled[int(i)] = min(scaled.get(int(i), math.inf), s)
+        self.seeds = finalists(self.configs, scaled, self.min_pairs)
 
     def predicted(self) -> np.ndarray:
         """Predicted log times. The model learns the measured landscape's departure from the
         prior, so with few points (strongly regularised) it stays close to the prior instead
         of extrapolating."""
         ok = [(i, s) for i, s in self.seconds.items() if s is not None and s > 0]
-        n = len(ok) + len(self.warm_residual)
+        # A warm row of a config measured here gives way to this workload's own timing.
+        warm = np.array([i not in self.seconds for i in self.warm_index], dtype=bool)
+        n = len(ok) + int(warm.sum())
         if n < 3:
             return self.prior
         idx = np.array([i for i, _ in ok], dtype=int)
-        x = np.vstack([self.feats[idx], self.warm_feats])
-        residual = np.concatenate([np.log([s for _, s in ok]) - self.prior[idx], self.warm_residual])
+        x = np.vstack([self.feats[idx], self.warm_feats[warm]])
+        residual = np.concatenate([np.log([s for _, s in ok]) - self.prior[idx], self.warm_residual[warm]])
         return self.prior + _ridge(x, residual, alpha=max(1.0, 30.0 / n))(self.feats)
 
     def measured_pairs(self) -> set[tuple[int, int]]:
@@ -312,7 +317,7 @@ class _Search:
 
     def guess_after(self, i: int) -> int | None:
         """The config :meth:`pick` would choose after ``i`` if ``i`` took its predicted time:
-        a guess, compiled ahead while ``i`` compiles (the picks themselves never depend on it)."""
+        the second of the pair ``i`` starts (:meth:`next`), compiled while ``i`` compiles."""
         guess = copy.copy(self)
         guess.seconds = {**self.seconds, i: float(np.exp(self.predicted()[i]))}
         return guess.pick()
@@ -397,8 +402,10 @@ def tune(
     killed, run) to their search seconds (None: it failed): they are not measured again,
     count toward ``trials`` and feed the cost model. ``retimed`` maps config indices to
     the re-timings an earlier run already made of them: only the missing ones are made.
-    The search and the finalists depend only on the search timings (the random choices
-    are seeded by ``seed`` and the number measured so far), so a rerun after a kill at
+    The search and the finalists depend only on the search timings, in the order they
+    were measured (``measured`` must be in that order: its last entry is the pair's
+    first when an odd number are measured), on ``warm``, and on ``seed`` (the random
+    choices are seeded by it and the number measured so far), so a rerun after a kill at
     any point measures what the unkilled run would have. ``callback`` gets each new
     :class:`Measurement` as soon as it exists. ``measure`` raises :class:`MeasureError`
     for a failed config (any other exception counts as TVM's unknown error, 8).

@@ -90,7 +90,8 @@ def reference(tmp_path_factory):
     points = {
         "search-first": 1, "search-mid": tune_kill.TRIALS[0] // 2, "retime-first": w1_retimes[0],
         "retime-round-2": w1_retimes[tune_kill.CONFIRM + 1], "retime-last": w1_retimes[-1],
-        "second-workload-search": first_w2, "sibling-search-mid": first_w3 + tune_kill.TRIALS[2] // 2 - 1,
+        # dies in measurement n, n - 1 logged: 4 of the sibling's (a pair's end) or 5 (mid-pair)
+        "second-workload-search": first_w2, "sibling-search-even": first_w3 + 4, "sibling-search-odd": first_w3 + 5,
         "last-measurement": len(convs),
         "transform-first": 1, "transform-mid": len(transforms) // 2,
         "transform-last": len(transforms),
@@ -102,7 +103,8 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("how, point", [
     ("measure", "search-first"), ("measure", "search-mid"), ("measure", "retime-first"),
     ("measure", "retime-round-2"), ("measure", "retime-last"),
-    ("measure", "second-workload-search"), ("measure", "sibling-search-mid"), ("measure", "last-measurement"),
+    ("measure", "second-workload-search"), ("measure", "sibling-search-even"), ("measure", "sibling-search-odd"),
+    ("measure", "last-measurement"),
     ("transform", "transform-first"), ("transform", "transform-mid"),
     ("transform", "transform-last"),
     ("line", "line-search"), ("line", "line-retime"), ("line", "line-transform"),

@@ -440,4 +440,7 @@ def test_a_sibling_is_searched_from_the_timings_before_it(tmp_path):
     in_space = {space.config(i) for i in range(len(space))}
     seeds = [c for c in list(best_pair.values())[:8] if c in in_space and c != seen[sibling][0]]
     assert seeds and seen[sibling][1:1 + len(seeds)] == seeds
-    assert seen[W3][1:3] != [c for c in seeds[:2]]  # W3 is no sibling of W1: its own search
+    alone = {}  # W3 is no sibling of W1: its search is the one it makes alone
+    tune_fake([(W3, 1)], tmp_path / "alone.log", trials=24, measure=lambda w, c: alone.setdefault(w, []).append(c)
+              or untied(w, c), confirm=0)
+    assert seen[W3] == alone[W3]

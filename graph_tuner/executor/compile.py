@@ -143,7 +143,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
     kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
     views = _views(model, steps, key, reads, shapes)
-    arrays = allocate(actions, shapes, kept, views.place)
+    arrays, owned = allocate(actions, shapes, kept, views.place)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
@@ -184,8 +184,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     inputs = {n: buffers[n] for n in model.inputs}
     tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
     prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
-    owners = {id(b): b for b in (a.base if a.base is not None else a for a in arrays.values())}
-    prog.buffer_bytes = sum(b.nbytes for b in owners.values())  # the whole buffers, not the views into them
+    prog.buffer_bytes = sum(b.nbytes for b in owned)  # the whole buffers, not the views into them
     prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
     return prog
 

@@ -15,9 +15,9 @@ layout transform makes, by ``(name, block)``. Three rules decide the memory:
 >>> import numpy as np
 >>> shapes = {"a": (1, 2, 1, 1), "b": (1, 2, 1, 1), "c": (1, 4, 1, 1)}
 >>> place = {"a": ("c", 0), "b": ("c", 2), "c": ("c", 0)}
->>> arrays = allocate([(["a"], []), (["b"], []), (["c"], ["a", "b"])], shapes, {"c"}, place)
->>> arrays["b"][...] = 7; arrays["c"].ravel().tolist()
-[0.0, 0.0, 7.0, 7.0]
+>>> arrays, owned = allocate([(["a"], []), (["b"], []), (["c"], ["a", "b"])], shapes, {"c"}, place)
+>>> arrays["b"][...] = 7; arrays["c"].ravel().tolist(), [o.size for o in owned]
+([0.0, 0.0, 7.0, 7.0], [4])
 """
 from __future__ import annotations
 
@@ -140,8 +140,10 @@ def plan_views(ops: Iterable[tuple[str, Key, list[Key]]], shapes: dict, fixed: I
     return Views(roots.place, done)
 
 
-def allocate(actions: list[tuple], shapes: dict, pinned: set, place: Place | None = None) -> dict:
-    """Arrays for ``actions`` (``([written keys], [read keys])`` in run order), reusing memory.
+def allocate(actions: list[tuple], shapes: dict, pinned: set,
+             place: Place | None = None) -> tuple[dict, list[np.ndarray]]:
+    """Arrays for ``actions`` (``([written keys], [read keys])`` in run order), reusing memory,
+    and the buffers they are views of (the memory allocated).
 
     A key in ``place`` is a view at its offset into its root's buffer; a root's buffer is free
     after the last read of any key living in it, unless one of them is pinned (inputs,
@@ -171,4 +173,4 @@ def allocate(actions: list[tuple], shapes: dict, pinned: set, place: Place | Non
         for r in dict.fromkeys(root_of(k) for k in [*reads, *written]):
             if r not in held and last.get(r, i) == i:
                 free.append(owner[r])
-    return arrays
+    return arrays, list({id(b): b for b in owner.values()}.values())

@@ -28,6 +28,7 @@ from graph_tuner.fusion import Step, plan_steps
 from graph_tuner.model import Model
 
 _memo: dict[tuple, float] = {}  # step signature -> ms, for this process
+COLD_MIN_BYTES = 64 << 10  # parameters from this size up are timed cold (_time_step)
 
 
 def is_view(model: Model, s: Step) -> bool:
@@ -79,8 +80,10 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     # last read an inference ago, while its input stays in cache (the step before just wrote
     # it): kernels.timing.cold_arrays, as the conv tuner times weights. Timed with hot weights,
     # MobileNet-v2's classifier (a 5 MB dense) was costed 0.094 ms and ran 0.183 in the network.
+    # Only arrays big enough to matter (weights): the copies hold other values, which a batch
+    # norm's variance must not (the square root of a negative one is NaN).
     own = {f"{op}\0{k}": v for op in s.ops if isinstance(params.get(op), dict)
-           for k, v in params[op].items() if isinstance(v, np.ndarray)}
+           for k, v in params[op].items() if isinstance(v, np.ndarray) and v.nbytes >= COLD_MIN_BYTES}
 
     def bind(**arrays: np.ndarray):
         p = dict(params)
