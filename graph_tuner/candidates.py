@@ -136,7 +136,8 @@ def layer_candidates(
     """Candidates of each x86 conv layer (in the given order), fastest first.
 
     Per layer: the records of x86 conv tasks for ``target``'s kind whose workload
-    equals the layer's (:func:`match_key`) or its Winograd GEMM's (:mod:`graph_tuner.winograd`),
+    equals the layer's (:func:`match_key`) or, for a layer eligible for Winograd, its GEMM's
+    (:func:`graph_tuner.winograd.candidate_gemm`),
     a config's time the median of its records' times,
     the fastest config per (in_block, out_block) among those timed more than once if any
     were (re-timed finalists), then the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
@@ -145,10 +146,10 @@ def layer_candidates(
     """
     if names is not None and len(names) != len(workloads):
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
-    from graph_tuner.winograd import gemm_of
+    from graph_tuner.winograd import candidate_gemm
 
     kind = target_kind(target)
-    gemms = [gemm_of(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
+    gemms = [candidate_gemm(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
     wanted = {match_key(w) for w in [*workloads, *gemms] if w is not None}
     # A config measured several times (our tuner re-times its winners in rounds) counts at
     # the median of its records: the fastest of many noisy timings is biased low, and one

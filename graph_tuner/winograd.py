@@ -40,9 +40,18 @@ def eligible(workload: Conv2DWorkload) -> bool:
 
 
 def gemm_of(workload: Conv2DWorkload) -> Conv2DWorkload | None:
-    """The GEMM workload whose records are this layer's Winograd candidates (any layer the
-    kernel can run, tuned by this version's rule or not), or None."""
+    """The GEMM workload of a layer the Winograd kernel can run (a plan's GEMM record for it
+    runs, whatever rule chose it), or None."""
     return gemm_workload(workload) if supported(workload) else None
+
+
+def candidate_gemm(workload: Conv2DWorkload) -> Conv2DWorkload | None:
+    """The GEMM workload whose records are this layer's Winograd candidates: an
+    :func:`eligible` layer's, or None. Records of others' GEMMs (ResNet-18's shipped log kept
+    7x7 ones from before ``MIN_PIXELS``) are left out: ResNet-18's plan with them as candidates
+    took three 7x7 layers as Winograd, logged at 0.83-0.90 ms and running 1.24 in the network,
+    and ran 1.070x (1.053-1.082) the time of its plan without them (benchmarks/README.md)."""
+    return gemm_workload(workload) if eligible(workload) else None
 
 
 def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:

@@ -100,13 +100,13 @@ def test_layer_candidates_take_the_faster_of_direct_and_winograd():
 
     conv = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
     small = Conv2DWorkload((1, 16, 28, 28), (16, 16, 3, 3), padding=(1, 1, 1, 1))
-    assert not eligible(small)  # too few channels: its GEMM is not tuned (records of it still count)
+    assert not eligible(small)  # too few channels: its GEMM is neither tuned nor a candidate
     assert not eligible(Conv2DWorkload((1, 512, 7, 7), (512, 512, 3, 3), padding=(1, 1, 1, 1)))  # 7x7: direct
     gemm = gemm_of(conv)
 
     def record(w, ic_bn, oc_bn, seconds):
         space = tuning_space(w)
-        entity = space.config_entity(Conv2DConfig(ic_bn, oc_bn, 7))
+        entity = space.config_entity(Conv2DConfig(ic_bn, oc_bn, min(7, w.out_width)))
         return make_conv2d_record(w, entity, space.index(entity), [seconds], "llvm -mcpu=znver4")
 
     log = read_records([record(conv, 16, 16, 3e-3), record(conv, 16, 32, 1e-3), record(gemm, 16, 16, 2e-3),
@@ -122,6 +122,11 @@ def test_layer_candidates_take_the_faster_of_direct_and_winograd():
     assert runs_winograd(conv, by_pair[(32, 16)].record.workload)
     (direct_only,) = layer_candidates([conv], read_records([record(conv, 16, 16, 3e-3)]), k=5)
     assert [c.time for c in direct_only] == [3e-3]  # a log without GEMM records: as before
+    # A layer not eligible (7x7 output) keeps to its direct records, even with faster GEMM ones logged.
+    late = Conv2DWorkload((1, 512, 7, 7), (512, 512, 3, 3), padding=(1, 1, 1, 1))
+    (only_direct,) = layer_candidates([late], read_records([record(late, 16, 16, 3e-3),
+                                                            record(gemm_of(late), 16, 16, 1e-3)]), k=5)
+    assert [c.time for c in only_direct] == [3e-3] and not runs_winograd(late, only_direct[0].record.workload)
 
 
 def test_a_plan_runs_its_winograd_layers():
@@ -158,7 +163,7 @@ def test_a_plan_runs_its_winograd_layers():
     want = run_reference(m, params, x)[0]
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
     winograd = [s for s in prog.steps if isinstance(getattr(s.fn, "keep", (None,))[0], WinogradKernel)]
-    assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= 10
+    assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= 10  # 4x4 ones too
 
 
 def test_tuning_a_model_tunes_its_winograd_gemms_timed_whole():
