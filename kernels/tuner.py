@@ -317,12 +317,12 @@ class _Search:
 
     def guess_after(self, i: int) -> int | None:
         """The config :meth:`pick` would choose after ``i`` if ``i`` took its predicted time:
-        the second of the pair ``i`` starts (:meth:`next`), compiled while ``i`` compiles."""
+        the second of the pair ``i`` starts (:meth:`next_pick`), compiled while ``i`` compiles."""
         guess = copy.copy(self)
         guess.seconds = {**self.seconds, i: float(np.exp(self.predicted()[i]))}
         return guess.pick()
 
-    def next(self) -> int | None:
+    def next_pick(self) -> int | None:
         """The next config to measure, None when none is left: with an even number measured,
         the first of a pair (:meth:`pick`); else the pair's second, what :meth:`guess_after` said
         when the last one measured was picked (recomputed from the timings before it, so a
@@ -442,7 +442,7 @@ def tune(
     while len(seconds) < trials:
         if time_budget is not None and time.perf_counter() - start >= time_budget:
             break
-        i = search.next()
+        i = search.next_pick()
         if i is None:
             break
         guesses = None
