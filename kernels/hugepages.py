@@ -1,9 +1,9 @@
 """Float32 buffers in transparent huge pages: activations and scratch that kernels stream through.
 
-A buffer of a few MB in 4 KiB pages lands on physical pages the kernel picks, so which of
-its lines share an L2 set changes from process to process, and a kernel that streams 36
-planes of a Winograd scratch at once runs 0.40-0.43 ms in one process and 0.36-0.38 with
-the scratch in 2 MiB pages (DenseNet-121's 56x56 layer, znver4; benchmarks/README.md).
+A kernel that streams 36 planes of a Winograd scratch at once ran 0.40-0.43 ms with the
+scratch in 4 KiB pages and 0.36-0.38 in 2 MiB pages (DenseNet-121's 56x56 layer, znver4,
+4 processes each; fewer TLB misses, and physical placement that does not change from
+process to process, are the likely reasons, not measured apart; benchmarks/README.md).
 numpy asks for huge pages only from 4 MB up, and only the 2 MiB-aligned part of a buffer
 can get them, so :func:`zeros` aligns the buffer to 2 MiB itself and asks the kernel
 (``madvise(MADV_HUGEPAGE)``; Linux with THP in ``madvise`` or ``always`` mode). Elsewhere,
