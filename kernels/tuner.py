@@ -439,15 +439,17 @@ def tune(
     search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm)
     start = time.perf_counter()
 
+    second = None  # the pair's second, known since its first was picked
     while len(seconds) < trials:
         if time_budget is not None and time.perf_counter() - start >= time_budget:
             break
-        i = search.next_pick()
+        # next_pick recomputes a pair's second only for a rerun that resumes mid-pair.
+        i = second if second is not None and len(seconds) % 2 else search.next_pick()
         if i is None:
             break
+        second = search.guess_after(i) if len(seconds) % 2 == 0 and len(seconds) + 1 < trials else None
         guesses = None
         if hasattr(measure, "prepare"):  # a pair's first: its second compiles meanwhile
-            second = search.guess_after(i) if len(seconds) % 2 == 0 and len(seconds) + 1 < trials else None
             guesses = [configs[second]] if second is not None else []
         m = _run(measure, workload, space, i, configs[i], guesses)
         seconds[i] = m.seconds if m.ok else None
