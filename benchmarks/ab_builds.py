@@ -31,21 +31,19 @@ from graph_tuner.host_state import probe_call
 from graph_tuner.loading import load_model
 from graph_tuner.shipped import shipped_log
 from kernels.threads import num_threads
-from kernels.winograd import build_winograd
+from kernels.jit import clear_kernel_caches
 
 
 def build(model, plan, params, name: str, value) -> object:
     """The plan's program with ``kernels.conv2d.<name>`` set to ``value`` while its kernels compile."""
     old = getattr(conv, name)
     setattr(conv, name, value)
-    conv.clear_caches()  # kernels built with the other value must not be reused
-    build_winograd.cache_clear()
+    clear_kernel_caches()  # kernels built with the other value must not be reused
     try:
         return compile_model(model, plan, params)
     finally:
         setattr(conv, name, old)
-        conv.clear_caches()
-        build_winograd.cache_clear()
+        clear_kernel_caches()
 
 
 def main() -> None:

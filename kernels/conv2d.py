@@ -56,7 +56,6 @@ True
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,7 +65,7 @@ from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
 from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -407,7 +406,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
 # it; a pair's second also as the first's guess): 0.5-5 ms of Python each, 8% of tuning
 # DenseNet-121 (cProfile). Arguments normalised, so every caller's call hits the one entry;
 # ``threads`` is only part of the key (rows_per_item splits the rows by the thread count).
-@functools.lru_cache(maxsize=16)
+@kernel_cache(maxsize=16)
 def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lanes: int, threads: int, bias: bool,
                  residual: bool, activation, affine_out: bool, affine_activation, prologue: bool,
                  prologue_activation) -> str:
@@ -837,13 +836,6 @@ class Conv2DKernel(Kernel):
         super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])
 
 
-def clear_caches() -> None:
-    """Forget this module's kernels and IR texts made so far: after one of its settings changed
-    (tests, A/B builds; kernels built on them elsewhere, as Winograd's, have caches of their own)."""
-    build_conv2d.cache_clear()
-    _conv2d_text.cache_clear()
-
-
 def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     """Whether :func:`build_conv2d` can build ``config`` for ``workload`` (the templates' own checks).
 
@@ -876,7 +868,7 @@ def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str
     return conv2d_ir(workload, config, **epilogue) if depthwise is None else depthwise_ir(workload, config, **depthwise)
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_cache()
 def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                  activation: str | tuple | None = None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,

@@ -23,13 +23,12 @@ The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is
 """
 from __future__ import annotations
 
-import functools
 
 from kernels.config import Conv2DConfig
 from kernels.activations import activation_key, activation_spec, epilogue
 from kernels.ir import (MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, maybe_loop, static_taps, tap_range,
                         vector_chunks, vty)
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
@@ -152,7 +151,7 @@ class DepthwiseKernel(Kernel):
         super().__init__(compile_ir(ir), "depthwise", shapes)
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_cache()
 def build_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                     activation: str | tuple | None = None) -> DepthwiseKernel:
     """Generate, compile and cache a depthwise kernel (see the module doc)."""

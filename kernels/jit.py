@@ -48,6 +48,26 @@ class HostCPU:
         return f"+{feature}" in self.features.split(",")
 
 
+_kernel_caches: list = []  # what clear_kernel_caches() clears
+
+
+def kernel_cache(maxsize: int | None = None):
+    """``functools.lru_cache`` for generated kernels and their IR text, registered so that
+    :func:`clear_kernel_caches` forgets them all (the text depends on module settings that
+    tests and A/B builds change: ``kernels.conv2d.L1_WEIGHT_SHARE``, say)."""
+    def wrap(fn):
+        cached = functools.lru_cache(maxsize=maxsize)(fn)
+        _kernel_caches.append(cached)
+        return cached
+    return wrap
+
+
+def clear_kernel_caches() -> None:
+    """Forget every kernel and IR text :func:`kernel_cache` holds (after a setting changed)."""
+    for cached in _kernel_caches:
+        cached.cache_clear()
+
+
 @functools.lru_cache(maxsize=None)
 def _initialise() -> None:
     # llvm.initialize() raises in llvmlite >= 0.45; the native target is all we need.

@@ -23,7 +23,6 @@ than a direct conv; outputs agree with it to about 1e-5 relative to their scale.
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
@@ -32,8 +31,8 @@ from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
 from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy
 from kernels.ir import IntrinsicSet, arg_ptr, decompose, fsplat, vector_chunks, vty
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
-from kernels.threads import parallel_entry_ir
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
+from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
 M, R = 4, 3  # output tile, filter
@@ -214,7 +213,15 @@ def winograd_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = 
                 activation=None, affine_out: bool = False, affine_activation=None, name: str = "winograd",
                 lanes: int | None = None) -> str:
     """IR of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then V and M)."""
-    lanes = lanes or host_cpu().lanes
+    return _winograd_text(workload, config, bias, residual, activation, affine_out, affine_activation, name,
+                          lanes or host_cpu().lanes, num_threads())
+
+
+# As kernels.conv2d._conv2d_text: the tuner asks for a config's text up to three times.
+# ``threads`` is only part of the key (the GEMM's text splits its rows by the thread count).
+@kernel_cache(maxsize=16)
+def _winograd_text(workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool, activation,
+                   affine_out: bool, affine_activation, name: str, lanes: int, threads: int) -> str:
     gemm = gemm_workload(workload)
     n = workload.data_shape[0]
     th, _ = tiles(workload)
@@ -307,7 +314,7 @@ class WinogradKernel(Kernel):
         super().__init__(compile_ir(ir), "winograd", shapes, scratch)
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_cache()
 def build_winograd(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                    activation=None, affine_out: bool = False, affine_activation=None) -> WinogradKernel:
     """Generate, compile and cache the Winograd kernel of a conv (``config``: its GEMM's schedule)."""

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
+from kernels.jit import clear_kernel_caches
 from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight
 from kernels.packing import from_blocked, to_blocked, unpack_weight
 from kernels.activations import ACTIVATIONS
@@ -185,14 +186,14 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
     monkeypatch.setattr(conv, "prefetch_per_step", lambda nbytes, steps, l2_bytes=None: per_step)
     wl = Conv2DWorkload((2, 8, 7, 6), (12, 8, 3, 3), padding=(1, 0, 1, 2), strides=(1, 1))
     cfg = Conv2DConfig(ic_bn=4, oc_bn=4, ow_bn=4, unroll_kw=rows % 2 == 1, oh_bn=oh_bn)
-    conv.clear_caches()  # kernels and texts made under other settings must not be reused
+    clear_kernel_caches()  # kernels and texts made under other settings must not be reused
     try:
         ir = conv2d_ir(wl, cfg)
         assert ir.count("call void @llvm.prefetch") > 0 if per_step else "call void @llvm.prefetch" not in ir
         for n in (1, 3):
             run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
     finally:
-        conv.clear_caches()
+        clear_kernel_caches()
 
 
 def test_bound_call_keeps_its_kernel_and_scratch_alive():
@@ -301,7 +302,7 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
     cfg = Conv2DConfig(ic_bn=2, oc_bn=4, ow_bn=3, oh_bn=oh_bn)
     batch = conv.ic_batch(wl, cfg)
     assert batch == budget // 32 and batch < 6 // groups  # 2 x 4 floats per block: several batches
-    conv.clear_caches()
+    clear_kernel_caches()
     try:
         for n in (1, 3):
             run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
@@ -317,7 +318,7 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
         y2 = np.clip(y * scale.reshape(1, -1, 1, 1) + shift.reshape(1, -1, 1, 1), 0, 6)
         np.testing.assert_allclose(from_blocked(out2), y2, rtol=1e-4, atol=1e-4)
     finally:
-        conv.clear_caches()
+        clear_kernel_caches()
 
 
 @pytest.mark.parametrize("ow_bn,nthreads", [(5, None), (3, 1), (7, 2)])
@@ -359,7 +360,7 @@ def test_strided_1x1_reads_a_compact_copy_and_matches_the_reference(monkeypatch,
     from kernels.conv2d import compact_input
 
     monkeypatch.setattr(conv, "COMPACT_MIN_WEIGHTS", 0)  # these convs are small
-    conv.clear_caches()
+    clear_kernel_caches()
     try:
         wl = Conv2DWorkload(shape, (32, shape[1], 1, 1), strides=strides)
         assert compact_input(wl).data_shape == (shape[0], shape[1], wl.out_height, wl.out_width)
@@ -368,7 +369,7 @@ def test_strided_1x1_reads_a_compact_copy_and_matches_the_reference(monkeypatch,
         run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
         run_and_compare(wl, cfg, nthreads=1)
     finally:  # kernels built without the size threshold must not serve later tests
-        conv.clear_caches()
+        clear_kernel_caches()
 
 
 @settings(max_examples=12, deadline=None)

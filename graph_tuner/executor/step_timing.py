@@ -20,6 +20,7 @@ process. Concats at batch 1 and reshapes are views (:mod:`.memory`): they cost n
 """
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -60,7 +61,8 @@ def _blocked(shape, block: int) -> tuple[int, ...]:
 def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> float:
     """Milliseconds of ``s`` run in ``block`` (its 4-d tensors blocked, the rest plain)."""
     from graph_tuner.executor.compile import _other_fn
-    from kernels.timing import cold_arrays, measure
+    from kernels.jit import host_cpu
+    from kernels.timing import measure
 
     rng = np.random.default_rng(0)
     inputs: dict[tuple, np.ndarray] = {}
@@ -78,21 +80,19 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     out = np.empty(_blocked(model.op(s.output).shape, block_of(s.output)), np.float32)
     # The step's parameters come from memory on every call, as in the network, where they were
     # last read an inference ago, while its input stays in cache (the step before just wrote
-    # it): kernels.timing.cold_arrays, as the conv tuner times weights. Timed with hot weights,
-    # MobileNet-v2's classifier (a 5 MB dense) was costed 0.094 ms and ran 0.183 in the network.
-    # Only arrays big enough to matter (weights): the copies hold other values, which a batch
-    # norm's variance must not (the square root of a negative one is NaN).
-    own = {f"{op}\0{k}": v for op in s.ops if isinstance(params.get(op), dict)
-           for k, v in params[op].items() if isinstance(v, np.ndarray) and v.nbytes >= COLD_MIN_BYTES}
+    # it). Timed with hot weights, MobileNet-v2's classifier (a 5 MB dense) was costed 0.094 ms
+    # and ran 0.183 in the network. Each build of the step packs its parameters into memory of
+    # its own (a dense's weight blocked, a batch norm folded into scale and shift), so calls
+    # rotate over enough builds to overflow the last-level cache, as kernels.timing.cold_arrays
+    # rotates a conv's weights; steps with under COLD_MIN_BYTES of parameters get one build.
+    nbytes = sum(v.nbytes for op in s.ops if isinstance(params.get(op), dict)
+                 for v in params[op].values() if isinstance(v, np.ndarray))
+    builds = 1 if nbytes < COLD_MIN_BYTES else min(64, -(-host_cpu().l3_bytes * 3 // 2 // nbytes))
+    fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out) for _ in range(builds)])
 
-    def bind(**arrays: np.ndarray):
-        p = dict(params)
-        for name, v in arrays.items():
-            op, k = name.split("\0")
-            p[op] = {**p[op], k: v}
-        return _other_fn(model, s, p, read, blocks, out)
+    def fn() -> None:
+        next(fns)()
 
-    fn = cold_arrays(bind, own, own) if own else bind()
     return measure(fn, number=1, repeat=repeat, warmup=2).median_s * 1e3
 
 
