@@ -10,13 +10,20 @@ its prediction misses.
 
 :func:`calibrate` closes the loop (its cost is a few program runs per round):
 
-1. solve with the costs known: in-network where measured; else the time taken alone,
-   scaled by the median in-network / alone ratio measured for that layer (or step, or
+1. solve with each cost the time taken alone (the log's) times its in-network / alone
+   ratio where measured, else times the median ratio measured for that layer (or step, or
    transforms of that shape);
 2. if every cost the plan uses was measured in the network, stop;
 3. else run the plan (:class:`graph_tuner.plan_run.InNetworkTimer`), record every step's
-   in-network median (a conv's candidate, a layout transform, another step in its block),
-   and go to 1.
+   ratio (a conv's candidate, a layout transform, another step in its block), and go to 1.
+
+A ratio, not the in-network time itself: the profile and the alone re-timing it is divided
+by are taken in the same round, so the host's state at that moment (a shared VM's speed
+flips by up to 1.9x within seconds) cancels, and the costs stay at the level of the log's
+alone times. The coherence cost that makes memory-bound layers slower in the network is a
+property of the network, not of the moment: a depthwise conv writing over memory that a
+1x1 conv has just read on both cores waits for the other core's copies to be invalidated
+(:mod:`kernels.sharing`), 2.0-2.8x its alone time on Zen 4, whichever config it runs.
 
 Where every candidate of a layer slows down in the network like its measured ones, the
 plan it stops at is optimal for in-network costs. That is an estimate, not a bound: with
@@ -27,7 +34,7 @@ models and reached the cap of 10 on DenseNet-121 (benchmarks/README.md). A cost 
 taken from the latest plan that used it.
 
 >>> c = InNetworkCosts()
->>> c.convs[("conv1", "cfg")] = 2e-3
+>>> c.convs[("conv1", "cfg")] = 1.8  # ran 1.8x its alone time in the network
 >>> c.known_conv("conv1", "cfg"), c.known_conv("conv1", "other")
 (True, False)
 """
@@ -45,9 +52,11 @@ from graph_tuner.selection import TransformKey
 
 @dataclass
 class InNetworkCosts:
-    """What the network paid, by what the solver costs: conv candidates by (layer, config),
-    other steps by (step, block), transforms by (shape, src, dst) (the mean over a plan's
-    tensors of that key). Convs and transforms in seconds, steps in ms (as the solver takes them)."""
+    """What the network paid, as in-network / alone ratios, by what the solver costs: conv
+    candidates by (layer, config), other steps by (step, block), transforms by (shape, src,
+    dst) (the mean over a plan's tensors of that key). A cost is the alone time (the log's,
+    the step benchmark's, the transform cache's) times its ratio, or, where none was
+    measured, times its group's median ratio (:func:`rescaled`)."""
 
     convs: dict[tuple[str, object], float] = field(default_factory=dict)
     steps: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -62,24 +71,24 @@ class InNetworkCosts:
                 + sum((s.name, s.block) not in self.steps for s in plan.steps)
                 + sum(t.key not in self.transforms for t in plan.transforms))
 
-    def record(self, plan: Plan, step_ms: Mapping[str, float]) -> None:
-        """Take the in-network medians of ``plan``'s steps (``step_ms``: profile step name -> ms)."""
+    def record(self, plan: Plan, ratios: Mapping[str, float]) -> None:
+        """Take ``plan``'s in-network / alone ratios (``ratios``: profile step name -> ratio)."""
         for lc in plan.layers:
-            if lc.name in step_ms:
-                self.convs[(lc.name, lc.candidate.config)] = step_ms[lc.name] * 1e-3
+            if lc.name in ratios:
+                self.convs[(lc.name, lc.candidate.config)] = ratios[lc.name]
         for s in plan.steps:
-            if s.name in step_ms:
-                self.steps[(s.name, s.block)] = step_ms[s.name]
+            if s.name in ratios:
+                self.steps[(s.name, s.block)] = ratios[s.name]
         by_key: dict[TransformKey, list[float]] = {}
         for t in plan.transforms:
-            if t.label in step_ms:
-                by_key.setdefault(t.key, []).append(step_ms[t.label] * 1e-3)
+            if t.label in ratios:
+                by_key.setdefault(t.key, []).append(ratios[t.label])
         self.transforms.update({k: sum(v) / len(v) for k, v in by_key.items()})
 
     def candidates(self, candidates: Mapping[str, list]) -> dict[str, list]:
         """``candidates`` at their in-network times (:func:`rescaled`, per layer); a measured
-        time also goes into the record's costs, so a written plan log carries what the network
-        pays."""
+        candidate's time also goes into its record's costs, so a written plan log carries what
+        the network pays."""
         out = {}
         for layer, cs in candidates.items():
             seen = {c.config: self.convs[(layer, c.config)] for c in cs if (layer, c.config) in self.convs}
@@ -98,28 +107,27 @@ class InNetworkCosts:
                 for name, by_block in step_ms.items()}
 
     def transform_costs(self, seconds: Mapping[TransformKey, float]) -> Mapping[TransformKey, float]:
-        """Transform costs in seconds (:func:`rescaled`, per tensor shape); ``seconds`` itself
-        while none was measured in the network."""
+        """Transform costs in seconds (:func:`rescaled`, per tensor shape)."""
         if not self.transforms:
             return seconds
         out = dict(seconds)
         for shape in {k[0] for k in self.transforms}:
             alone = {k: t for k, t in seconds.items() if k[0] == shape}
-            out.update(rescaled(alone, {k: t for k, t in self.transforms.items() if k[0] == shape}))
+            out.update(rescaled(alone, {k: r for k, r in self.transforms.items() if k[0] == shape}))
         return out
 
 
-def rescaled(alone: Mapping, measured: Mapping) -> dict:
+def rescaled(alone: Mapping, ratios: Mapping) -> dict:
     """One group's costs (a layer's candidates, a step's blocks, a shape's transforms): the
-    in-network time where ``measured``, else the time taken alone times the group's median
-    in-network / alone ratio (1 while none is measured).
+    time taken alone times its in-network / alone ratio where measured (``ratios``), else
+    times the group's median ratio (1 while none is measured).
 
-    >>> rescaled({"a": 1.0, "b": 2.0, "c": 4.0}, {"a": 3.0, "b": 8.0})  # ratios 3 and 4: c at 3.5x
+    >>> rescaled({"a": 1.0, "b": 2.0, "c": 4.0}, {"a": 3.0, "b": 4.0})  # c at the median, 3.5x
     {'a': 3.0, 'b': 8.0, 'c': 14.0}
     """
-    ratios = [measured[k] / t for k, t in alone.items() if k in measured and t > 0]
-    ratio = statistics.median(ratios) if ratios else 1.0
-    return {**{k: t * ratio for k, t in alone.items()}, **measured}
+    known = [r for k, r in ratios.items() if k in alone]
+    median = statistics.median(known) if known else 1.0
+    return {k: t * ratios.get(k, median) for k, t in alone.items()}
 
 
 def _at(candidate, seconds: float, measured: bool):
@@ -146,7 +154,7 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
     the plan uses in-network costs only (or ``max_rounds`` runs).
 
     ``solve(costs)`` returns the best plan under ``costs`` (in-network where known, else
-    alone); ``measure(plan)`` runs it and returns each profile step's median ms.
+    alone); ``measure(plan)`` runs it and returns each profile step's in-network / alone ratio.
 
     >>> from graph_tuner.plan import Plan
     >>> def solve(costs):  # a stand-in: one "layer" whose cost is known once measured
@@ -167,7 +175,7 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
         plan = solve(costs)
     left = costs.unmeasured(plan)
     note = (f"calibrated in the network: {rounds} run(s) of candidate plans; every cost of this plan is its "
-            f"in-network median (solved with the times taken alone, the plan predicted {first:.3f} ms)"
+            f"in-network time (its alone time x its measured in-network ratio; solved with the times taken alone, the plan predicted {first:.3f} ms)"
             if not left else
             f"calibration stopped after {rounds} run(s): {left} cost(s) of this plan are still estimates (times "
             "taken alone, scaled by their layer's median in-network ratio)")

@@ -9,6 +9,7 @@ also evaluated with the same kernels and transforms re-timed alone now
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,36 +114,65 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
 
 
 class InNetworkTimer:
-    """Each step of a plan run in the network: ``timer(plan)`` -> profile step name -> median ms.
+    """How much slower each step of a plan runs in the network than alone:
+    ``timer(plan)`` -> profile step name -> in-network / alone ratio.
 
-    The first plan timed is the reference: every later plan is profiled in ``rounds``
-    alternating with it, and its step times are scaled by how much slower or faster the
-    reference ran than the first time. A shared host's speed drifts by 10-20% within a
-    minute (ResNet-50's whole run moved from 35.3 to 41.8 ms over six consecutive profiles
-    on Zen 4); unpaired, a plan profiled in a fast minute would look cheaper than one
-    profiled in a slow one. What :func:`graph_tuner.calibration.calibrate` re-costs plans with.
+    Each of ``rounds`` rounds re-times the plan's steps alone (:func:`iter_retimed`, the
+    tuner's own protocol) with profiles of the whole program (:meth:`Program.profile`) in
+    between, one whenever the re-timing has taken as long as a profile: a step's ratio in a
+    round is its alone time against its mean in-network time in the profiles just before
+    and just after, and its ratio is the median over rounds. So both sides see the host in
+    the same state: on the 2-core Zen 4 VM the whole of MobileNet-v2 flips between 3.2 and
+    5.9 ms every few seconds. Absolute in-network times carried that state into the costs
+    (calibrated predictions +8% to +80% of the next run, session 17); a ratio taken from
+    one profile and a re-timing seconds later did too (+18%). What
+    :func:`graph_tuner.calibration.calibrate` re-costs plans with.
     """
 
     def __init__(self, model, params: dict | None = None, *, rounds: int = 3, repeat: int = 10):
         self.model, self.params, self.rounds, self.repeat = model, params, rounds, repeat
-        self.reference = None  # (program, its total ms when first timed)
 
     def __call__(self, plan) -> dict[str, float]:
-        from graph_tuner.executor import Profile, compile_model
+        from graph_tuner.executor import compile_model
 
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
-        if self.reference is None:
-            profile = Profile.median([prog.profile(repeat=self.repeat) for _ in range(self.rounds)])
-            self.reference = (prog, profile.total_ms)
-            return {s.name: s.median_ms for s in profile.steps}
-        ref, ref_ms = self.reference
-        profiles, ref_now = [], []
+        ratios: dict[str, list[float]] = {}
         for _ in range(self.rounds):
-            profiles.append(prog.profile(repeat=self.repeat))
-            ref_now.append(ref.profile(repeat=self.repeat).total_ms)
-        scale = ref_ms / float(np.median(ref_now))
-        return {s.name: s.median_ms * scale for s in Profile.median(profiles).steps}
+            for name, ratio in self._round(prog, plan):
+                ratios.setdefault(name, []).append(ratio)
+        return {name: float(np.median(r)) for name, r in ratios.items()}
+
+    def _round(self, prog, plan):
+        """``(step name, in-network / alone)`` for every step re-timed, each against the
+        profiles taken just before and just after its re-timing."""
+        clock = time.perf_counter
+
+        def profile() -> tuple[dict[str, float], float]:
+            t0 = clock()
+            steps = {s.name: s.median_ms for s in prog.profile(repeat=self.repeat).steps}
+            return steps, clock() - t0
+
+        before, span = profile()
+        pending: list[tuple[list[str], float]] = []
+        started = clock()
+        timings = iter_retimed(plan, self.model)
+        while True:
+            item = next(timings, None)
+            if item is not None:
+                pending.append(item)
+                if clock() - started < span:
+                    continue
+            if not pending:
+                return
+            after, span = profile()
+            for names, alone in pending:
+                for name in names:
+                    if alone > 0 and name in before:
+                        yield name, (before[name] + after[name]) / 2 / alone
+            before, pending, started = after, [], clock()
+            if item is None:
+                return
 
 
 def retimed_cost_ms(plan, model=None) -> float:
@@ -153,6 +183,20 @@ def retimed_cost_ms(plan, model=None) -> float:
     ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
     tuning ran; this separates "is the cost model additive?" from "is the log current?".
     """
+    return sum(ms * len(names) for names, ms in iter_retimed(plan, model))
+
+
+def retimed_steps(plan, model=None) -> dict[str, float]:
+    """Milliseconds per step of the plan, each timed alone now (:func:`retimed_cost_ms`), by the
+    step's name in a profile: a conv by its layer, a transform by its label, another step (with
+    ``model``) by its name."""
+    return {name: ms for names, ms in iter_retimed(plan, model) for name in names}
+
+
+def iter_retimed(plan, model=None):
+    """:func:`retimed_steps` one timing at a time: yields ``(step names, ms)``, the names all
+    steps that timing stands for (layers with the same kernel, transforms of one key, and
+    the other steps, timed together)."""
     from graph_tuner.winograd import runs_winograd
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
@@ -163,32 +207,30 @@ def retimed_cost_ms(plan, model=None) -> float:
 
         epilogues = conv_epilogues(model, plan_steps(model, plan.blocks, plan.joins))
     timers: dict[tuple, KernelTimer] = {}
-    seen: dict[tuple, float] = {}
-    total = 0.0
+    kernels: dict[tuple, list] = {}  # (timed workload, config, epilogue) -> [layers], in plan order
     for lc in plan.layers:
         epi = tuple(sorted(epilogues.get(lc.name, {}).items()))
         # A Winograd layer's record is its GEMM's, timed as the whole Winograd conv.
         record = getattr(lc.candidate.record, "workload", None)
         timed = record if runs_winograd(lc.workload, record) else lc.workload
-        key = (timed, lc.candidate.config, epi)
-        if key not in seen:
-            timer = timers.setdefault(epi, KernelTimer())  # one per epilogue: its own reject baseline
-            timer.epilogues[timed] = dict(epi)
-            if timed is not lc.workload:
-                timer.winograd[timed] = lc.workload
-            seen[key] = timer(timed, lc.candidate.config)
-        total += seen[key]
+        kernels.setdefault((timed, lc.candidate.config, epi), []).append(lc)
+    for (timed, config, epi), layers in kernels.items():
+        timer = timers.setdefault(epi, KernelTimer())  # one per epilogue: its own reject baseline
+        timer.epilogues[timed] = dict(epi)
+        if timed is not layers[0].workload:
+            timer.winograd[timed] = layers[0].workload
+        yield [lc.name for lc in layers], timer(timed, config) * 1e3
+    transforms: dict = {}
     for t in plan.transforms:
-        key = t.key
-        if key not in seen:
-            seen[key] = time_transform(key)
-        total += seen[key]
+        transforms.setdefault(t.key, []).append(t.label)
+    for key, labels in transforms.items():
+        yield labels, time_transform(key) * 1e3
     if model is not None and plan.steps:
         from graph_tuner.executor.step_timing import step_ms
 
         fresh = step_ms(model, {c.name: [c.block] for c in plan.steps}, memo=False)
-        total += sum(fresh[c.name][c.block] for c in plan.steps) * 1e-3
-    return total * 1e3
+        for c in plan.steps:
+            yield [c.name], fresh[c.name][c.block]
 
 
 PREDICTION_ROUNDS = 3

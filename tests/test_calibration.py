@@ -1,8 +1,8 @@
 """Calibration (graph_tuner.calibration): plans re-costed with their in-network times.
 
 The network is simulated: each conv candidate "runs in the network" at its alone time
-times a factor, and :func:`calibrate` must reach the plan brute force finds for those
-in-network costs, measuring only what plans use.
+times a factor (what a run reports), and :func:`calibrate` must reach the plan brute force
+finds for those in-network costs, measuring only what plans use.
 """
 from __future__ import annotations
 
@@ -33,26 +33,22 @@ def tuner(model, cands):
 
 
 def fake_network(factor):
-    """A measure: each chosen conv at its alone time (from the log) x ``factor(layer, in, out)``,
-    transforms at their alone cost; counts the runs."""
+    """A measure: each chosen conv's in-network / alone ratio is ``factor(layer, in, out)``,
+    transforms run as alone; counts the runs."""
     runs = []
 
     def measure(plan):
         runs.append(plan)
-        out = {t.label: tcost(t.shape, t.src_block, t.dst_block) * 1e3 for t in plan.transforms}
-        for lc in plan.layers:
-            alone = lc.candidate.config  # the record's time was replaced if measured: use the log's
-            out[lc.name] = alone_ms[(lc.name, alone)] * factor(lc.name, lc.in_block, lc.out_block)
+        out = {t.label: 1.0 for t in plan.transforms}
+        out.update({lc.name: factor(lc.name, lc.in_block, lc.out_block) for lc in plan.layers})
         return out
 
-    alone_ms = {}
-    return measure, runs, alone_ms
+    return measure, runs
 
 
 def run_calibration(model, cands, factor, max_rounds=20):
     gt = tuner(model, cands)
-    measure, runs, alone_ms = fake_network(factor)
-    alone_ms.update({(n, c.config): c.time * 1e3 for n, cs in gt.candidates.items() for c in cs})
+    measure, runs = fake_network(factor)
 
     def solve(costs):
         from graph_tuner.selection import select_measuring
@@ -122,7 +118,7 @@ def test_a_run_that_does_not_show_a_cost_stops_the_loop():
 
 
 def test_step_and_transform_costs_scale_by_the_median_measured_ratio():
-    costs = InNetworkCosts(steps={("pool", 8): 3.0, ("pool", 16): 8.0}, transforms={((1, 8, 4, 4), 1, 8): 4e-6})
+    costs = InNetworkCosts(steps={("pool", 8): 3.0, ("pool", 16): 4.0}, transforms={((1, 8, 4, 4), 1, 8): 2.0})
     got = costs.step_costs({"pool": {8: 1.0, 16: 2.0, 32: 2.0}, "fc": {1: 5.0}})
     assert got == {"pool": {8: 3.0, 16: 8.0, 32: 7.0}, "fc": {1: 5.0}}  # ratios 3 and 4: 32 at 3.5x
     got = costs.transform_costs({((1, 8, 4, 4), 1, 8): 2e-6, ((1, 8, 4, 4), 8, 1): 1e-6, ((1, 4, 2, 2), 1, 4): 1e-6})
@@ -165,9 +161,11 @@ def test_cli_calibrate_rejects_a_negative_count(tiny_onnx, capsys):
     assert "--calibrate: expected an integer from 0" in capsys.readouterr().err
 
 
-def test_timer_divides_out_the_hosts_drift(tiny_onnx, monkeypatch):
-    """The first plan is the reference; a later plan is profiled beside it, and when the
-    reference now runs 2x slower than at first, the later plan's times are halved."""
+def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
+    """A step's ratio is its in-network time (profiles bracketing its re-timing) over its
+    alone re-timing, median over rounds: a host 2x slower throughout moves no ratio, and one
+    profile taken in another state than the re-timing beside it is outvoted."""
+    from graph_tuner import plan_run
     from graph_tuner.executor import program
     from graph_tuner.executor.program import Profile, StepTime
     from graph_tuner.loading import load_model
@@ -176,17 +174,28 @@ def test_timer_divides_out_the_hosts_drift(tiny_onnx, monkeypatch):
     model = load_model(tiny_onnx)
     gt = GraphTuner(model, [], fallback=True)
     plan = gt.solve(measure=True)
-    slow = {"host": 1.0}
+    host = {"speed": 1.0, "glitches": []}  # time factor now; profile calls that see another factor
+    calls = []
 
     def fake_profile(self, repeat=10, warmup=2):
-        return Profile([StepTime(s.name, s.category, s.ops, 3.0 * slow["host"], None) for s in self.steps])
+        calls.append("profile")
+        speed = 3.0 if len(calls) in host["glitches"] else host["speed"]
+        return Profile([StepTime(s.name, s.category, s.ops, 3.0 * speed, None) for s in self.steps])
+
+    def fake_retimed(plan, model=None):
+        for lc in plan.layers:
+            calls.append(lc.name)
+            yield [lc.name], 1.5 * host["speed"]
 
     monkeypatch.setattr(program.Program, "profile", fake_profile)
-    timer = InNetworkTimer(model, rounds=3)
-    first = timer(plan)
-    slow["host"] = 2.0  # the host halves its speed: the reference and the new plan alike
-    later = timer(plan)
-    assert set(first) == set(later) and all(v == pytest.approx(3.0) for v in [*first.values(), *later.values()])
+    monkeypatch.setattr(plan_run, "iter_retimed", fake_retimed)
+    names = {lc.name for lc in plan.layers}
+    for speed, glitches in [(1.0, []), (2.0, []), (1.0, [1])]:
+        host.update(speed=speed, glitches=glitches)
+        calls.clear()
+        ratios = InNetworkTimer(model, rounds=3)(plan)
+        assert set(ratios) == names and all(r == pytest.approx(2.0) for r in ratios.values()), (speed, ratios)
+        assert calls[0] == "profile" and calls[-1] == "profile"  # every re-timing is bracketed
 
 
 def test_a_model_with_two_inputs_calibrates(tmp_path):
