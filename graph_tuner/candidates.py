@@ -166,38 +166,29 @@ def layer_candidates(
             continue
         ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))
         runs.setdefault(ident, []).append(rec)
-    by_workload: dict[Conv2DWorkload, dict[tuple[int, int], Candidate]] = {}
     # Within a layout pair, a config timed more than once beats any timed once. Our tuner
     # re-times each pair's fastest config (its finalist); the median of those timings rises
     # above the lucky search timing that made it the finalist, while a runner-up timed once
     # keeps its own luck. Solved as equals, 17 of ResNet-50's 53 layers (4 of ResNet-18's
     # 21) took such a runner-up, and ResNet-18 ran 2.8% slower for it (benchmarks/README.md,
     # session 9). Logs with one record per config (AutoTVM's) are unaffected.
-    ranks: dict[Conv2DWorkload, dict[tuple[int, int], tuple[bool, float]]] = {}
+    best: dict[tuple, dict[tuple[int, int], tuple[tuple[bool, float], Candidate]]] = {}  # key -> pair -> (rank, c)
     for (key, _, _), recs in runs.items():
         # The record written for this config carries one cost per measurement, so that a
         # plan read back (``apply_records``) costs the layer as the solver did.
         rec = recs[-1] if len(recs) == 1 else with_costs(recs[-1], [r.time for r in recs])
-        time = rec.time
         config = entity_config(rec.entity)
         if rec.workload.is_depthwise and config.ic_bn != config.oc_bn:
             continue  # see module docstring
-        pairs = by_workload.setdefault(key, {})
-        pair = (config.ic_bn, config.oc_bn)
-        rank = (len(recs) < 2, time)
-        if pair not in ranks.setdefault(key, {}) or rank < ranks[key][pair]:
-            ranks[key][pair] = rank
-            pairs[pair] = Candidate(rec, config.ic_bn, config.oc_bn, time, config)
+        _keep_better(best.setdefault(key, {}), (config.ic_bn, config.oc_bn), (len(recs) < 2, rec.time),
+                     Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config))
     out = []
     for i, (w, gemm) in enumerate(zip(workloads, gemms)):
-        pairs = dict(by_workload.get(match_key(w), {}))
-        rank = dict(ranks.get(match_key(w), {}))
-        for pair, c in by_workload.get(match_key(gemm), {}).items() if gemm is not None else ():
-            theirs = ranks[match_key(gemm)][pair]
-            if pair not in pairs or theirs < rank[pair]:  # Winograd or direct, by the rule above
-                pairs[pair], rank[pair] = c, theirs
+        pairs = dict(best.get(match_key(w), {}))
+        for pair, (rank, c) in best.get(match_key(gemm), {}).items() if gemm is not None else ():
+            _keep_better(pairs, pair, rank, c)  # Winograd or direct, by the rule above
         if pairs:
-            out.append(sorted(pairs.values(), key=lambda c: c.time)[:k])
+            out.append(sorted((c for _, c in pairs.values()), key=lambda c: c.time)[:k])
             continue
         if not fallback:
             what = f"{_layer_label(i, names)} {describe(w)}"
@@ -207,6 +198,12 @@ def layer_candidates(
                       stacklevel=2)
         out.append([fallback_candidate(w, target=target)])
     return out
+
+
+def _keep_better(pairs: dict, pair: tuple[int, int], rank: tuple[bool, float], candidate: Candidate) -> None:
+    """``pairs[pair] = (rank, candidate)`` unless the one there ranks lower (re-timed first, then faster)."""
+    if pair not in pairs or rank < pairs[pair][0]:
+        pairs[pair] = (rank, candidate)
 
 
 def simd_lanes() -> int:

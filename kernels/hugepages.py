@@ -36,12 +36,23 @@ def zeros(size: int) -> np.ndarray:
     if nbytes < MIN_BYTES or not sys.platform.startswith("linux"):
         return np.zeros(size, np.float32)
     span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    raw = np.empty((span + HUGE_PAGE) // 4, np.float32)  # room to align the start
-    start = (-raw.ctypes.data % HUGE_PAGE) // 4
-    out = raw[start:start + size]
+    out = aligned_empty(size, HUGE_PAGE)
     _advise(out.ctypes.data, span)
     out[:] = 0  # first touch after the advice, so the pages faulted in are huge ones
     return out
+
+
+def aligned_empty(size: int, align: int) -> np.ndarray:
+    """An uninitialised float32 array of ``size`` elements starting on an ``align``-byte
+    boundary (a multiple of 4), the whole ``align``-rounded span its own.
+
+    >>> aligned_empty(5, 64).ctypes.data % 64, aligned_empty(5, 64).size
+    (0, 5)
+    """
+    span = -(-4 * size // align) * align
+    raw = np.empty((span + align) // 4, np.float32)  # room to align the start
+    start = (-raw.ctypes.data % align) // 4
+    return raw[start:start + size]
 
 
 def _advise(address: int, nbytes: int) -> None:

@@ -106,9 +106,10 @@ def _cold_pool(floats: int) -> np.ndarray:
     whatever was last written there (a transform's timed output, say): finite, not a pattern."""
     global _pool
     if _pool.size < floats:
-        raw = random_array(floats + _ALIGN)
-        start = (-raw.ctypes.data // 4) % _ALIGN
-        _pool = raw[start:start + floats]
+        from kernels.hugepages import aligned_empty
+
+        _pool = aligned_empty(floats, 4 * _ALIGN)
+        _pool[:] = random_array(floats)
     return _pool
 
 
