@@ -9,11 +9,12 @@ its own kernel on the network's own buffers, after each of:
 * ``own``: nothing: back to back, every line of its output is its own (as the tuner times);
 * ``one-core``: numpy reads the output on the calling thread;
 * ``all-cores``: every thread reads the output whole (:func:`kernels.sharing.build_reader`);
-* ``consumer``: the step after it in the network, which reads it;
+* ``consumer``: the next step of the program (for MobileNet-v2's depthwise convs, the 1x1 conv
+  that reads the output);
 * ``in network``: every other step of the network, those after it (the last run's) then
   those before it, as runs back to back have them.
 
-Each column is the median of ``--calls`` calls, in ms. Interleave nothing else with it (the
+Each column is the median of ``--calls`` calls in ms (the last: of a tenth of them, at least 20). Interleave nothing else with it (the
 numbers are per call, on a quiet machine).
 """
 from __future__ import annotations

@@ -23,15 +23,15 @@ flips by up to 1.9x within seconds) cancels, and the costs stay at the level of 
 alone times. The coherence cost that makes memory-bound layers slower in the network is a
 property of the network, not of the moment: a depthwise conv writing over memory that a
 1x1 conv has just read on both cores waits for the other core's copies to be invalidated
-(:mod:`kernels.sharing`), 2.0-2.8x its alone time on Zen 4, whichever config it runs.
+(:mod:`kernels.sharing`), 2.5-2.8x its alone time on Zen 4, whichever config it runs.
 
 Where every candidate of a layer slows down in the network like its measured ones, the
 plan it stops at is optimal for in-network costs. That is an estimate, not a bound: with
 bounds (the alone time, or the lowest ratio), the loop ran 6-10 times without stopping on
 MobileNet-v2 and DenseNet-121, each run measuring near-ties that in-network noise (a few
 percent a step) reorders. With the median it stopped in 2-5 runs on four of the five bench
-models and reached the cap of 10 on DenseNet-121 (benchmarks/README.md). A cost also depends a little on its neighbours' choices; each is
-taken from the latest plan that used it.
+models and reached the cap of 10 on DenseNet-121 (benchmarks/README.md). A cost also
+depends a little on its neighbours' choices; each is taken from the latest plan that used it.
 
 >>> c = InNetworkCosts()
 >>> c.convs[("conv1", "cfg")] = 1.8  # ran 1.8x its alone time in the network
@@ -153,8 +153,8 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
     """Solve, run the plan, re-cost what it used with the in-network times, solve again, until
     the plan uses in-network costs only (or ``max_rounds`` runs).
 
-    ``solve(costs)`` returns the best plan under ``costs`` (in-network where known, else
-    alone); ``measure(plan)`` runs it and returns each profile step's in-network / alone ratio.
+    ``solve(costs)`` returns the best plan under ``costs`` (each alone time times its measured
+    ratio, else its group's median ratio); ``measure(plan)`` runs it and returns each profile step's in-network / alone ratio.
 
     >>> from graph_tuner.plan import Plan
     >>> def solve(costs):  # a stand-in: one "layer" whose cost is known once measured
@@ -175,7 +175,8 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
         plan = solve(costs)
     left = costs.unmeasured(plan)
     note = (f"calibrated in the network: {rounds} run(s) of candidate plans; every cost of this plan is its "
-            f"in-network time (its alone time x its measured in-network ratio; solved with the times taken alone, the plan predicted {first:.3f} ms)"
+            "in-network time (its alone time x its measured in-network ratio; solved with the times taken "
+            f"alone, the plan predicted {first:.3f} ms)"
             if not left else
             f"calibration stopped after {rounds} run(s): {left} cost(s) of this plan are still estimates (times "
             "taken alone, scaled by their layer's median in-network ratio)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
@@ -120,12 +121,12 @@ class InNetworkTimer:
     Each of ``rounds`` rounds re-times the plan's steps alone (:func:`iter_retimed`, the
     tuner's own protocol) with profiles of the whole program (:meth:`Program.profile`) in
     between, one whenever the re-timing has taken as long as a profile: a step's ratio in a
-    round is its alone time against its mean in-network time in the profiles just before
-    and just after, and its ratio is the median over rounds. So both sides see the host in
-    the same state: on the 2-core Zen 4 VM the whole of MobileNet-v2 flips between 3.2 and
-    5.9 ms every few seconds. Absolute in-network times carried that state into the costs
-    (calibrated predictions +8% to +80% of the next run, session 17); a ratio taken from
-    one profile and a re-timing seconds later did too (+18%). What
+    round is the mean of its in-network times in the profiles just before and just after
+    its re-timing over its alone time, and its ratio is the median over rounds. So both
+    sides see the host in the same state: on the 2-core Zen 4 VM the whole of MobileNet-v2
+    flips between 3.2 and 5.9 ms every few seconds. Absolute in-network times carried that
+    state into the costs (calibrated predictions -3% to +80% off the next run, session 17);
+    a ratio taken from one profile and a re-timing seconds later did too (+18%). What
     :func:`graph_tuner.calibration.calibrate` re-costs plans with.
     """
 
@@ -138,14 +139,13 @@ class InNetworkTimer:
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         ratios: dict[str, list[float]] = {}
-        for _ in range(self.rounds):
-            for name, ratio in self._round(prog, plan):
-                ratios.setdefault(name, []).append(ratio)
+        for name, ratio in self._ratios(prog, plan):
+            ratios.setdefault(name, []).append(ratio)
         return {name: float(np.median(r)) for name, r in ratios.items()}
 
-    def _round(self, prog, plan):
-        """``(step name, in-network / alone)`` for every step re-timed, each against the
-        profiles taken just before and just after its re-timing."""
+    def _ratios(self, prog, plan) -> Iterator[tuple[str, float]]:
+        """``(step name, in-network / alone)`` for every step re-timed in every round, each
+        against the profiles taken just before and just after its re-timing."""
         clock = time.perf_counter
 
         def profile() -> tuple[dict[str, float], float]:
@@ -154,25 +154,22 @@ class InNetworkTimer:
             return steps, clock() - t0
 
         before, span = profile()
-        pending: list[tuple[list[str], float]] = []
-        started = clock()
-        timings = iter_retimed(plan, self.model)
-        while True:
-            item = next(timings, None)
-            if item is not None:
-                pending.append(item)
-                if clock() - started < span:
-                    continue
-            if not pending:
-                return
-            after, span = profile()
-            for names, alone in pending:
-                for name in names:
-                    if alone > 0 and name in before:
-                        yield name, (before[name] + after[name]) / 2 / alone
-            before, pending, started = after, [], clock()
-            if item is None:
-                return
+        for _ in range(self.rounds):
+            pending: list[tuple[list[str], float]] = []
+            started = clock()
+            timings = iter_retimed(plan, self.model)
+            while (item := next(timings, None)) is not None or pending:
+                if item is not None:
+                    pending.append(item)
+                    if clock() - started < span:
+                        continue
+                after, span = profile()
+                for names, alone in pending:
+                    for name in names:
+                        # A step timed at 0 (none is) would have no ratio, and calibration would
+                        # stop on it: it runs as alone.
+                        yield name, (before[name] + after[name]) / 2 / alone if alone > 0 else 1.0
+                before, pending, started = after, [], clock()
 
 
 def retimed_cost_ms(plan, model=None) -> float:
@@ -193,10 +190,10 @@ def retimed_steps(plan, model=None) -> dict[str, float]:
     return {name: ms for names, ms in iter_retimed(plan, model) for name in names}
 
 
-def iter_retimed(plan, model=None):
+def iter_retimed(plan, model=None) -> Iterator[tuple[list[str], float]]:
     """:func:`retimed_steps` one timing at a time: yields ``(step names, ms)``, the names all
-    steps that timing stands for (layers with the same kernel, transforms of one key, and
-    the other steps, timed together)."""
+    steps that timing stands for (the layers that run one kernel with one epilogue, the
+    transforms of one key; another step alone)."""
     from graph_tuner.winograd import runs_winograd
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
@@ -225,12 +222,12 @@ def iter_retimed(plan, model=None):
         transforms.setdefault(t.key, []).append(t.label)
     for key, labels in transforms.items():
         yield labels, time_transform(key) * 1e3
-    if model is not None and plan.steps:
+    if model is not None:
         from graph_tuner.executor.step_timing import step_ms
 
-        fresh = step_ms(model, {c.name: [c.block] for c in plan.steps}, memo=False)
-        for c in plan.steps:
-            yield [c.name], fresh[c.name][c.block]
+        params = model.params(0) if plan.steps else None
+        for c in plan.steps:  # one at a time, so that a caller can pair each with the moment
+            yield [c.name], step_ms(model, {c.name: [c.block]}, params=params, memo=False)[c.name][c.block]
 
 
 PREDICTION_ROUNDS = 3

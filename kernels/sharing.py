@@ -1,11 +1,15 @@
-"""A kernel that reads a buffer whole on every thread: the cache state a network leaves behind.
+"""A kernel that reads a buffer on every thread: the cache state a network leaves behind.
 
 Inside a network a layer's output usually lands in memory that a layer before it just read,
-and a conv whose work items are output-channel blocks reads all of its input on every
-thread: each line is then held clean by every core. Writing such a line costs each core an
-invalidation of the others' copies. On Zen 4 (2 cores) a MobileNet-v2 depthwise conv wrote
-over its consumer's input 2.0-2.8x slower than back to back, where each line is the
-writer's own (benchmarks/README.md, session 17).
+and a conv whose work items are output-channel blocks reads each input row on several
+threads: each line is then held clean by every core. Writing such a line costs each core an
+invalidation of the others' copies. On Zen 4 (2 cores) MobileNet-v2's depthwise convs wrote
+over memory this kernel had just read 2.5-2.8x slower than back to back, where each line is
+the writer's own (``benchmarks/output_state.py``; benchmarks/README.md, session 17).
+
+It reads the first ``floats // 16 * 16`` floats (whole 16-float vectors) once per work item;
+the :data:`ITEMS` items are claimed dynamically, so usually every thread takes some (a
+thread that finds them all taken reads nothing: the state is then one core's).
 
 >>> import numpy as np
 >>> k = build_reader(1000)
@@ -21,13 +25,13 @@ from kernels.threads import parallel_entry_ir
 
 __all__ = ["ReaderKernel", "build_reader", "reader_ir"]
 
-ITEMS = 4  # each item reads the whole buffer; claimed dynamically, so every thread takes some
+ITEMS = 4  # each item reads the buffer (see the module doc)
 _V = 16
 
 
 def reader_ir(floats: int, name: str = "reader") -> str:
     """IR of ``void @name(ptr args, i32 nthreads)``, args ``(buf, sink)``: each of
-    :data:`ITEMS` items sums ``buf`` in 16-float vectors and stores lane 0 at ``sink[item * 16]``."""
+    :data:`ITEMS` items sums ``buf``'s whole 16-float vectors and stores lane 0 at ``sink[item * 16]``."""
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     buf, sink = arg_ptr(f, 0), arg_ptr(f, 1)
     acc = f.slot("<16 x float>", "zeroinitializer")
@@ -41,7 +45,7 @@ def reader_ir(floats: int, name: str = "reader") -> str:
 
 
 class ReaderKernel(Kernel):
-    """``k(buf, sink)``: every thread reads ``buf`` (``floats`` float32) whole."""
+    """``k(buf, sink)``: the threads read ``buf`` (``floats`` float32; see the module doc)."""
 
     def __init__(self, floats: int):
         super().__init__(compile_ir(reader_ir(floats)), "reader", dict(buf=(floats,), sink=(ITEMS * _V,)))

@@ -21,6 +21,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from kernels.hugepages import aligned_empty
+
 
 __all__ = ["Timing", "cold_arrays", "measure", "random_array"]
 
@@ -106,8 +108,6 @@ def _cold_pool(floats: int) -> np.ndarray:
     whatever was last written there (a transform's timed output, say): finite, not a pattern."""
     global _pool
     if _pool.size < floats:
-        from kernels.hugepages import aligned_empty
-
         _pool = aligned_empty(floats, 4 * _ALIGN)
         _pool[:] = random_array(floats)
     return _pool

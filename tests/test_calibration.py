@@ -149,7 +149,12 @@ def test_cli_solve_calibrates_on_this_cpu(tiny_onnx, tmp_path, capsys):
         logged.setdefault(key(r), set()).update(r.costs)
     chosen = read_records(out).records
     assert len(chosen) == 2
-    assert all(len(r.costs) == 1 and r.costs[0] not in logged[key(r)] for r in chosen)  # in-network medians
+    # In-network times (the log's time x the ratio measured), not the log's own, and in the
+    # log's unit: a ratio far from 1 would be a unit slip (the tiny model's run at 0.5-3x).
+    assert all(len(r.costs) == 1 and r.costs[0] not in logged[key(r)] for r in chosen)
+    for r in chosen:
+        logged_median = sorted(logged[key(r)])[len(logged[key(r)]) // 2]
+        assert 0.2 < r.costs[0] / logged_median < 10
 
 
 def test_cli_calibrate_rejects_a_negative_count(tiny_onnx, capsys):
@@ -162,9 +167,12 @@ def test_cli_calibrate_rejects_a_negative_count(tiny_onnx, capsys):
 
 
 def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
-    """A step's ratio is its in-network time (profiles bracketing its re-timing) over its
-    alone re-timing, median over rounds: a host 2x slower throughout moves no ratio, and one
-    profile taken in another state than the re-timing beside it is outvoted."""
+    """A step's ratio in a round is the mean of its in-network times in the profiles just
+    before and just after its re-timing over its alone time; its ratio is the median over
+    rounds. A host 2x slower throughout moves no ratio; a profile taken in another state
+    moves the steps it brackets in that round only, and the median outvotes it."""
+    from types import SimpleNamespace
+
     from graph_tuner import plan_run
     from graph_tuner.executor import program
     from graph_tuner.executor.program import Profile, StepTime
@@ -172,30 +180,61 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
     from graph_tuner.plan_run import InNetworkTimer
 
     model = load_model(tiny_onnx)
-    gt = GraphTuner(model, [], fallback=True)
-    plan = gt.solve(measure=True)
-    host = {"speed": 1.0, "glitches": []}  # time factor now; profile calls that see another factor
+    plan = GraphTuner(model, [], fallback=True).solve(measure=True)
+    names = [lc.name for lc in plan.layers] * 2  # 4 re-timings a round: two pairs, two profiles between
+    now = [0.0]  # a fake clock: a profile takes 1 s, a re-timing 0.6 s, so one profile every 2 re-timings
+    host = {"speed": 1.0, "profiles": []}  # time factor now; each profile's own factor, if given
     calls = []
 
     def fake_profile(self, repeat=10, warmup=2):
+        now[0] += 1.0
         calls.append("profile")
-        speed = 3.0 if len(calls) in host["glitches"] else host["speed"]
+        speed = host["profiles"].pop(0) if host["profiles"] else host["speed"]
         return Profile([StepTime(s.name, s.category, s.ops, 3.0 * speed, None) for s in self.steps])
 
     def fake_retimed(plan, model=None):
-        for lc in plan.layers:
-            calls.append(lc.name)
-            yield [lc.name], 1.5 * host["speed"]
+        for name in names:
+            now[0] += 0.6
+            calls.append(name)
+            yield [name], 1.5 * host["speed"]
 
     monkeypatch.setattr(program.Program, "profile", fake_profile)
     monkeypatch.setattr(plan_run, "iter_retimed", fake_retimed)
-    names = {lc.name for lc in plan.layers}
-    for speed, glitches in [(1.0, []), (2.0, []), (1.0, [1])]:
-        host.update(speed=speed, glitches=glitches)
+    monkeypatch.setattr(plan_run, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    for speed in (1.0, 2.0):
+        host["speed"] = speed
         calls.clear()
         ratios = InNetworkTimer(model, rounds=3)(plan)
-        assert set(ratios) == names and all(r == pytest.approx(2.0) for r in ratios.values()), (speed, ratios)
-        assert calls[0] == "profile" and calls[-1] == "profile"  # every re-timing is bracketed
+        assert set(ratios) == set(names) and all(r == pytest.approx(2.0) for r in ratios.values())
+        assert calls[:4] == ["profile", names[0], names[1], "profile"] and calls[-1] == "profile"
+        assert calls.count("profile") == 1 + 3 * 2  # the last profile of a round opens the next
+    host.update(speed=1.0, profiles=[1.0, 3.0])  # the 2nd profile (after the first pair) runs 3x slow
+    from graph_tuner.executor import compile_model
+
+    pairs = list(InNetworkTimer(model, rounds=1)._ratios(compile_model(model, plan), plan))
+    assert [r for _, r in pairs] == pytest.approx([4.0, 4.0, 4.0, 4.0])  # both pairs: mean of 3 and 9 over 1.5
+    host.update(profiles=[1.0, 3.0])
+    assert all(r == pytest.approx(2.0) for r in InNetworkTimer(model, rounds=3)(plan).values())
+
+
+def test_retimed_steps_are_named_as_the_profile_names_them():
+    """Every step of a program (convs, layout transforms, other steps) is re-timed alone under
+    the name its profile gives it, so calibration pairs them."""
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.executor import compile_model
+    from graph_tuner.plan_run import retimed_steps
+
+    b = GraphBuilder("t")
+    x = b.input((1, 8, 6, 6))
+    y = b.relu(b.conv(b.conv(x, 16, 3, padding=1, name="c1"), 16, 3, padding=1, name="c2"))
+    m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c3")))
+    gt = GraphTuner(m, [], fallback=True)
+    gt.benchmark_steps()
+    plan = gt.solve(measure=True)
+    assert plan.transforms and plan.steps
+    alone = retimed_steps(plan, m)
+    assert set(alone) == {s.name for s in compile_model(m, plan).steps}
+    assert all(ms > 0 for ms in alone.values())
 
 
 def test_a_model_with_two_inputs_calibrates(tmp_path):
