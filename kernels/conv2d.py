@@ -842,6 +842,10 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     >>> dw = Conv2DWorkload((1, 8, 6, 6), (8, 1, 3, 3), padding=(1, 1, 1, 1), groups=8)
     >>> supported(dw, Conv2DConfig(4, 4, 2)), supported(dw, Conv2DConfig(2, 4, 2))
     (True, False)
+    >>> import dataclasses
+    >>> [supported(dataclasses.replace(w, out_dtype="int32"), Conv2DConfig(4, 4, 2))
+    ...  for w in (dw, Conv2DWorkload((1, 8, 6, 6), (8, 8, 3, 3)))]  # float32 only, depthwise or not
+    [False, False]
     """
     check = check_depthwise if workload.is_depthwise and workload.out_channels == workload.in_channels else _check
     try:

@@ -35,6 +35,8 @@ from kernels.workload import Conv2DWorkload
 __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
 
 def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
+    if workload.out_dtype != "float32" or workload.layout != "NCHW":
+        raise ValueError(f"only float32 NCHW depthwise conv2d is supported, got {workload.layout}/{workload.out_dtype}")
     C = workload.in_channels
     if not (workload.is_depthwise and workload.out_channels == C):
         raise ValueError(f"not a depthwise conv with channel multiplier 1: {workload}")
