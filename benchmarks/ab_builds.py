@@ -62,10 +62,10 @@ def main() -> None:
         ap.error(f"kernels.conv2d has no constant {name!r}")
 
     model = load_model(args.model)
-    plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve()
+    plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve(measure=True)
     params, x = model.params(seed=0), seeded_input(model)
     current = compile_model(model, plan, params)
-    other = GraphTuner(model, args.log, top_k=20).solve() if args.log else plan
+    other = GraphTuner(model, args.log, top_k=20).solve(measure=True) if args.log else plan
     if args.change:
         value = type(getattr(conv, name))(ast.literal_eval(text))
         changed = build(model, other, params, name, value)

@@ -151,11 +151,38 @@ def compact_input(workload: Conv2DWorkload) -> Conv2DWorkload | None:
     return Conv2DWorkload((N, IC, workload.out_height, workload.out_width), workload.kernel_shape)
 
 
-def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None) -> Conv2DWorkload:
+def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None,
+                    rows_first: bool = False) -> Conv2DWorkload:
     """The workload the kernel's main pass is generated for: over the compact copy of a
     strided 1x1 conv's input (:func:`compact_input`), with a work item's rows joined
-    (:func:`join_rows`)."""
+    (:func:`join_rows`) unless its items go rows first (:func:`takes_rows_first`)."""
+    if takes_rows_first(workload, config, rows_first, threads):
+        return workload
     return join_rows(compact_input(workload) or workload, config, threads)
+
+
+def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool, threads: int | None = None) -> bool:
+    """Whether a kernel asked for rows-first work items gets them: an unpadded stride-1 1x1
+    conv with several output channel blocks and row tiles enough (3 per thread) to share.
+
+    Work items are ``(n, channel block, rows)``, one claim at a time: the claims on one row's
+    channel blocks go to different threads, so every core reads every input row. Rows first,
+    a claim holds all channel blocks of its rows, and each input row is read by one core.
+    That costs the conv nothing measurable, but the next kernel writing over that memory
+    waits for fewer copies to be invalidated: MobileNet-v2's depthwise convs, which write
+    over what the block before's 1x1 projection read (benchmarks/output_state.py), ran
+    25-40% faster, and the whole network 3% (benchmarks/README.md, session 17). As a rule for all 1x1 convs it cost ResNet-50 and DenseNet-121 1%, so the
+    executor asks for it where a depthwise conv writes next over the input
+    (:mod:`graph_tuner.executor.compile`), never the tuner.
+
+    >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
+    >>> takes_rows_first(w, Conv2DConfig(16, 16, 7), True, threads=2), takes_rows_first(w, Conv2DConfig(16, 64, 7), True, threads=2)
+    (True, False)
+    """
+    _, _, H, _ = workload.data_shape
+    return (asked and workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
+            and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
+            and -(-H // config.oh_bn) >= 3 * (threads or num_threads()))
 
 
 def subsample_copy_ir(name: str, workload: Conv2DWorkload, block: int, scratch_arg: int) -> str:
@@ -317,6 +344,7 @@ class ConvContext:
     chunks: list[tuple[int, int]]  # the output block's vectors (offset, width)
     ohb: int  # register tile rows
     T: int  # register tile width (output pixels)
+    rows_first: bool  # items (n, rows, channel block), a claim holding whole rows (takes_rows_first)
     G: int  # output rows per work item
     NB: int  # row blocks per output plane
     steps_ic: int  # innermost loop trips per (icg, kh)
@@ -332,11 +360,12 @@ class ConvContext:
 def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, lanes: int, bias: bool,
                  residual: bool, activation: str | tuple | None, affine_out: bool,
                  affine_activation: str | tuple | None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None) -> ConvContext:
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False) -> ConvContext:
     """The :class:`ConvContext` of a checked workload and config."""
     source = workload
     compact = compact_input(workload) is not None
-    workload = kernel_workload(workload, config)
+    rows_first = takes_rows_first(workload, config, rows_first)
+    workload = kernel_workload(workload, config, rows_first=rows_first)
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
     OH, OW = workload.out_height, workload.out_width
@@ -350,7 +379,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     ICgB, OCB = ICg // icb, OC // ocb
     ohb = min(config.oh_bn, OH)
     T = min(config.ow_bn, OW)
-    G = rows_per_item(N * OCB, OH, ohb)
+    G = rows_per_item(N, OH, ohb) if rows_first else rows_per_item(N * OCB, OH, ohb)
     steps_ic = icb if config.unroll_kw else KW * icb
     tiles_per_row = OW // T + (1 if OW % T else 0)
     steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
@@ -365,7 +394,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         top=top, left=left, bottom=bottom, icb=icb, ocb=ocb, ICB=IC // icb, OCB=OCB, ICgB=ICgB,
         OCg=OC // workload.groups, padded=padded, copy_pad=copy_pad, compact=compact, Hs=Hs, Ws=Ws,
         origin=0 if copy_pad else -(top * W + left) * icb, lanes=lanes, chunks=vector_chunks(ocb, lanes),
-        ohb=ohb, T=T,
+        ohb=ohb, T=T, rows_first=rows_first,
         G=G, NB=-(-OH // G), steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
         slice_floats=slice_floats, slice_lines=-(-slice_floats * 4 // 64),
         pf_per_step=prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile),
@@ -379,7 +408,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
 def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
               activation: str | tuple | None = None, name: str = "conv2d", lanes: int | None = None,
               affine_out: bool = False, affine_activation: str | tuple | None = None, prologue: bool = False,
-              prologue_activation: str | tuple | None = None) -> str:
+              prologue_activation: str | tuple | None = None, rows_first: bool = False) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then the scratch).
 
     ``affine_out``: the epilogue also writes ``out2 = act2(out * scale2[oc] + shift2[oc])``
@@ -392,6 +421,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     into a stack buffer (L1) before the FMAs broadcast from it: a vector FMA and activation
     per pixel and block, against ``ic_bn x oc_bn / lanes`` FMAs.
     Activations are names or ``(name, *params)`` tuples of :data:`kernels.activations.ACTIVATIONS`.
+    ``rows_first``: work items rows first where :func:`takes_rows_first` allows (same results).
     """
     _check(workload, config, activation)
     activation_spec(affine_activation, "affine_activation")  # raises if unknown
@@ -399,7 +429,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
-                        affine_out, affine_activation, prologue, prologue_activation)
+                        affine_out, affine_activation, prologue, prologue_activation, rows_first)
 
 
 # The tuner asks for one config's text up to three times (compiling it ahead, then building
@@ -409,10 +439,10 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
 @kernel_cache(maxsize=16)
 def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lanes: int, threads: int, bias: bool,
                  residual: bool, activation, affine_out: bool, affine_activation, prologue: bool,
-                 prologue_activation) -> str:
+                 prologue_activation, rows_first: bool = False) -> str:
     c = conv_context(workload, config, name=name, lanes=lanes, bias=bias, residual=residual,
                      activation=activation, affine_out=affine_out, affine_activation=affine_activation,
-                     prologue=prologue, prologue_activation=prologue_activation)
+                     prologue=prologue, prologue_activation=prologue_activation, rows_first=rows_first)
     intr = IntrinsicSet()
     row_sizes = {c.ohb} | ({c.OH % c.ohb} if c.OH % c.ohb else set())
     modes = ["all"] if c.batches == 1 else ["first", "last"] + (["mid"] if c.batches > 2 else [])
@@ -426,7 +456,7 @@ def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lane
     if c.compact:
         functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", c.source, c.icb, SCRATCH_ARG))
         phases.append((f"{name}_sub", c.N * c.ICB * c.source.out_height))
-    phases.append((f"{name}_item", c.N * c.OCB * c.NB, True))
+    phases.append((f"{name}_item", c.N * c.OCB * c.NB, True, c.OCB if c.rows_first else 1))
     return "".join(functions) + intr.declarations() + PREFETCH_DECL + MINMAX_DECL + parallel_entry_ir(name, phases)
 
 
@@ -736,12 +766,18 @@ def work_item_ir(c: ConvContext) -> str:
     block, its weight slice is prefetched into L2 meanwhile (in a network the weights come
     from memory)."""
     f = IRFunction(f"define internal void @{c.name}_item(ptr %args, i64 %item, i64 %next) nounwind", md_base=50_000)
-    n, ob, hb = decompose(f, "%item", [c.N, c.OCB, c.NB])
+    dims = [c.N, c.NB, c.OCB] if c.rows_first else [c.N, c.OCB, c.NB]
+
+    def split(item: str) -> tuple[str, str, str]:  # (n, channel block, row block)
+        n, a, b = decompose(f, item, dims)
+        return (n, b, a) if c.rows_first else (n, a, b)
+
+    n, ob, hb = split("%item")
     weight = arg_ptr(f, 1)
     if c.pf_per_step:
         has = f.op("icmp sge i64 %next, 0")
         nxt = f.op(f"select i1 {has}, i64 %next, i64 %item")
-        nob = decompose(f, nxt, [c.N, c.OCB, c.NB])[1]
+        nob = split(nxt)[1]
         new = f.op(f"icmp ne i64 {nob}, {ob}")
         target = f.op(f"select i1 {new}, i64 {nob}, i64 {ob}")
         pf = f.gep(weight, f.mul(target, c.slice_floats))
@@ -809,7 +845,7 @@ class Conv2DKernel(Kernel):
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
                  activation: str | tuple | None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None):
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False):
         N, IC, H, W = workload.data_shape
         OC, ICg, KH, KW = workload.kernel_shape
         OH, OW = workload.out_height, workload.out_width
@@ -819,9 +855,10 @@ class Conv2DKernel(Kernel):
         self.weight_shape = (OC // ocb, ICg // icb, KH, KW, icb, ocb)
         self.output_shape = (N, OC // ocb, OH, OW, ocb)
         self.bias_shape = (OC,)
+        self.rows_first = takes_rows_first(workload, config, rows_first)
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
-                       prologue_activation=prologue_activation)
+                       prologue_activation=prologue_activation, rows_first=rows_first)
         t, l, b, r = workload.padding
         scratch = []
         if pads_by_copy(workload, config):
@@ -876,9 +913,10 @@ def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str
 def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                  activation: str | tuple | None = None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None) -> Conv2DKernel:
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False) -> Conv2DKernel:
     """Generate, compile and cache the conv2d kernel for a workload, schedule and epilogue
-    (activations: a name or a ``(name, *params)`` tuple, hashable for the cache).
+    (activations: a name or a ``(name, *params)`` tuple, hashable for the cache);
+    ``rows_first``: see :func:`takes_rows_first`.
 
     Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
     (which has no affine second output).
@@ -888,4 +926,4 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
-                        prologue_activation)
+                        prologue_activation, rows_first)

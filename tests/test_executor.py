@@ -362,3 +362,44 @@ def test_no_prologue_when_the_conv_reads_another_layout():
     steps = {s.ops[0]: s for s in plan_steps(m, plan.blocks, plan.joins, reads)}
     assert steps["squeeze1"].prologue is None and not steps["bn1"].fused
     _check(m, plan, names=["gap"])
+
+
+def _inverted_residuals(blocks: int = 3):
+    """MobileNet-v2's blocks: 1x1 expand, 3x3 depthwise, 1x1 project, residual add."""
+    b = GraphBuilder("mbv2ish")
+    x = b.input((1, 32, 16, 16))
+    for i in range(blocks):
+        e = b.relu6(b.conv(x, 64, 1, name=f"expand{i}"))
+        d = b.relu6(b.conv(e, 64, 3, padding=1, groups=64, name=f"dw{i}"))
+        x = b.add(x, b.conv(d, 32, 1, name=f"project{i}"))
+    return b.build(x)
+
+
+def _rows_first(prog) -> list[str]:
+    return [s.name for s in prog.steps if getattr(getattr(s.fn, "keep", [None])[0], "rows_first", False)]
+
+
+def test_a_1x1_conv_whose_input_a_depthwise_conv_writes_next_takes_rows_first(monkeypatch):
+    """The executor gives a 1x1 conv rows-first work items exactly where the next write over the
+    memory it reads is a depthwise conv's (kernels.conv2d.takes_rows_first); results unchanged."""
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # 16 rows: enough for 2 threads
+    m = _inverted_residuals()
+    prog = _check(m, uniform_plan(m, 16))
+    chosen = _rows_first(prog)
+    assert chosen and set(chosen) <= {f"{k}{i}" for k in ("expand", "project") for i in range(3)}
+    # Each chosen conv's input is next written (in run order, on into the next run) by a depthwise conv.
+    steps = [s for s in prog.steps if "out" in getattr(s.fn, "keep", [None, {}])[1]]
+    for name in chosen:
+        i = [s.name for s in steps].index(name)
+        data = steps[i].fn.keep[1]["data"]
+        lo, hi = data.ctypes.data, data.ctypes.data + data.nbytes
+        for s in steps[i + 1:] + steps[:i]:
+            out = s.fn.keep[1]["out"]
+            if out.ctypes.data < hi and lo < out.ctypes.data + out.nbytes:
+                assert s.name.startswith("dw"), (name, s.name)
+                break
+        else:
+            raise AssertionError(f"nothing writes over {name}'s input")
+    # No depthwise conv, no rows-first kernel.
+    block = _resnet_block()
+    assert _rows_first(_check(block, uniform_plan(block, 16))) == []

@@ -7,19 +7,20 @@ from hypothesis import given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.jit import clear_kernel_caches
-from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight
+from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight, takes_rows_first
 from kernels.packing import from_blocked, to_blocked, unpack_weight
 from kernels.activations import ACTIVATIONS
 from kernels.reference import activate, conv2d_nchw
 
 
-def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None):
+def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None, rows_first=False):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(wl.out_channels, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
-    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation)
+    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
+    assert getattr(k, "rows_first", False) == (rows_first and takes_rows_first(wl, cfg, True))
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
     run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, cfg.ic_bn, cfg.oc_bn), out, bias=b,
                  residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
@@ -333,6 +334,31 @@ def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
     # Few output channel blocks: items split rows, and 7 rows split evenly only into 1s.
     assert join_rows(wl, Conv2DConfig(8, 32, ow_bn), threads=2) == wl
     run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
+
+
+@pytest.mark.parametrize("shape,cfg,nthreads", [
+    ((1, 64, 14, 14), Conv2DConfig(16, 16, 7), 2),  # 4 channel blocks, a claim of 4 items per row
+    ((1, 48, 14, 9), Conv2DConfig(16, 8, 4, oh_bn=2), None),  # 2-row tiles, 7 row tiles, a tail column tile
+    ((2, 32, 13, 6), Conv2DConfig(8, 16, 5, oh_bn=2), 1),  # two images, a 1-row tail tile, one thread
+    ((1, 256, 16, 16), Conv2DConfig(16, 32, 3), 2),  # reduced in batches (ic_batch)
+])
+def test_1x1_rows_first_items_match_the_reference(monkeypatch, shape, cfg, nthreads):
+    """Work items rows first (a claim holds all channel blocks of its rows) compute the same conv."""
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # the kernels are generated for 2 threads
+    wl = Conv2DWorkload(shape, (64, shape[1], 1, 1))
+    assert takes_rows_first(wl, cfg, True, threads=2)
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, rows_first=True)
+
+
+def test_rows_first_only_where_it_fits():
+    w = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
+    assert not takes_rows_first(w, Conv2DConfig(16, 16, 7), False, threads=2)  # not asked
+    assert not takes_rows_first(w, Conv2DConfig(16, 64, 7), True, threads=2)  # one channel block
+    assert not takes_rows_first(Conv2DWorkload((1, 64, 14, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1)),
+                                Conv2DConfig(16, 16, 7), True, threads=2)  # not 1x1
+    assert not takes_rows_first(Conv2DWorkload((1, 64, 7, 7), (64, 64, 1, 1)), Conv2DConfig(16, 16, 7, oh_bn=2),
+                                True, threads=2)  # 4 row tiles for 2 threads: too few to share
+    assert build_conv2d(w, Conv2DConfig(16, 64, 7), rows_first=True).rows_first is False
 
 
 @pytest.mark.parametrize("ow_bn", [3, 5])
