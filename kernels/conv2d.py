@@ -93,7 +93,8 @@ def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = 
     return min(best, max(rows, tile_rows))
 
 
-def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None) -> Conv2DWorkload:
+def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None,
+              rows_first: bool = False) -> Conv2DWorkload:
     """The workload the kernel is generated for: a 1x1, stride-1, unpadded conv over an
     ``H x W`` plane is the same conv over ``H / g`` rows of ``g * W`` pixels for any ``g``
     dividing ``H`` (NCHWc keeps a plane's pixels contiguous), so register tiles run on
@@ -117,7 +118,8 @@ def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | Non
             or H == 1 or config.oh_bn > 1 or workload.groups > 1):
         return workload
     # The rows an item holds (rows_per_item), rounded down to a divisor of H: items stay whole rows.
-    rows = rows_per_item(N * workload.out_channels // config.oc_bn, H, 1, threads)
+    # Rows first (takes_rows_first), a work item is rows of every channel block: only the rows count.
+    rows = rows_per_item(N if rows_first else N * workload.out_channels // config.oc_bn, H, 1, threads)
     g = max(d for d in range(1, rows + 1) if H % d == 0)
     if g == 1:
         return workload
@@ -155,33 +157,36 @@ def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int
                     rows_first: bool = False) -> Conv2DWorkload:
     """The workload the kernel's main pass is generated for: over the compact copy of a
     strided 1x1 conv's input (:func:`compact_input`), with a work item's rows joined
-    (:func:`join_rows`) unless its items go rows first (:func:`takes_rows_first`)."""
-    if takes_rows_first(workload, config, rows_first, threads):
-        return workload
-    return join_rows(compact_input(workload) or workload, config, threads)
+    (:func:`join_rows`; its items rows first where :func:`takes_rows_first`)."""
+    return join_rows(compact_input(workload) or workload, config, threads,
+                     takes_rows_first(workload, config, rows_first, threads))
 
 
 def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool, threads: int | None = None) -> bool:
     """Whether a kernel asked for rows-first work items gets them: an unpadded stride-1 1x1
     conv with several output channel blocks and row tiles enough (3 per thread) to share.
 
-    Work items are ``(n, channel block, rows)``, one claim at a time: the claims on one row's
-    channel blocks go to different threads, so every core reads every input row. Rows first,
-    a claim holds all channel blocks of its rows, and each input row is read by one core.
-    That costs the conv nothing measurable, but the next kernel writing over that memory
-    waits for fewer copies to be invalidated: MobileNet-v2's depthwise convs, which write
-    over what the block before's 1x1 projection read (benchmarks/output_state.py), ran
-    25-40% faster, and the whole network 3% (benchmarks/README.md, session 17). As a rule for all 1x1 convs it cost ResNet-50 and DenseNet-121 1%, so the
-    executor asks for it where a depthwise conv writes next over the input
-    (:mod:`graph_tuner.executor.compile`), never the tuner.
+    The pool gives each thread a contiguous band of the work items first
+    (:mod:`kernels.pool_ir`). Items are ``(n, channel block, rows)``: a band is some channel
+    blocks of every row, so every core reads every input row. Rows first (``(n, rows,
+    channel block)``), a band is every channel block of some rows, so each input row is read
+    by one core (but the row at a band's edge). The next kernel writing over that memory
+    then waits for fewer copies to be invalidated: MobileNet-v2's depthwise
+    convs, which write over what the block before's 1x1 projection read
+    (benchmarks/output_state.py), ran 25-40% faster, and the whole network 5%. The conv
+    itself runs about as fast, but not with few row tiles (each thread's weights pass once
+    per row tile: a 7x7 projection with 4 for 2 threads took +0.016 ms), and as a rule for
+    all 1x1 convs it cost ResNet-50 and DenseNet-121 1% (benchmarks/README.md, session 17). So the executor asks for it only where a
+    depthwise conv writes next over the conv's input (:mod:`graph_tuner.executor.compile`);
+    the tuner times the other order.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
-    >>> takes_rows_first(w, Conv2DConfig(16, 16, 7), True, threads=2), takes_rows_first(w, Conv2DConfig(16, 64, 7), True, threads=2)
-    (True, False)
+    >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]
+    [True, False]
     """
     _, _, H, _ = workload.data_shape
-    return (asked and workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
-            and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
+    one_by_one = workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
+    return (asked and one_by_one and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
             and -(-H // config.oh_bn) >= 3 * (threads or num_threads()))
 
 
@@ -429,7 +434,8 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
-                        affine_out, affine_activation, prologue, prologue_activation, rows_first)
+                        affine_out, affine_activation, prologue, prologue_activation,
+                        takes_rows_first(workload, config, rows_first))
 
 
 # The tuner asks for one config's text up to three times (compiling it ahead, then building
@@ -456,7 +462,7 @@ def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lane
     if c.compact:
         functions.append(MEMCPY_DECL + subsample_copy_ir(f"{name}_sub", c.source, c.icb, SCRATCH_ARG))
         phases.append((f"{name}_sub", c.N * c.ICB * c.source.out_height))
-    phases.append((f"{name}_item", c.N * c.OCB * c.NB, True, c.OCB if c.rows_first else 1))
+    phases.append((f"{name}_item", c.N * c.OCB * c.NB, True))
     return "".join(functions) + intr.declarations() + PREFETCH_DECL + MINMAX_DECL + parallel_entry_ir(name, phases)
 
 
@@ -764,9 +770,11 @@ def work_item_ir(c: ConvContext) -> str:
     """``@name_item(args, item, next)``: rows ``[hb*G, hb*G+G)`` of output channel block ``ob``,
     batch by batch. Its thread's next item is known; when that one starts a new channel
     block, its weight slice is prefetched into L2 meanwhile (in a network the weights come
-    from memory)."""
+    from memory; rows first, every next item is another block's)."""
     f = IRFunction(f"define internal void @{c.name}_item(ptr %args, i64 %item, i64 %next) nounwind", md_base=50_000)
     dims = [c.N, c.NB, c.OCB] if c.rows_first else [c.N, c.OCB, c.NB]
+    if c.rows_first:
+        f.emit("; items rows first (takes_rows_first)")
 
     def split(item: str) -> tuple[str, str, str]:  # (n, channel block, row block)
         n, a, b = decompose(f, item, dims)
@@ -855,10 +863,10 @@ class Conv2DKernel(Kernel):
         self.weight_shape = (OC // ocb, ICg // icb, KH, KW, icb, ocb)
         self.output_shape = (N, OC // ocb, OH, OW, ocb)
         self.bias_shape = (OC,)
-        self.rows_first = takes_rows_first(workload, config, rows_first)
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
                        prologue_activation=prologue_activation, rows_first=rows_first)
+        self.rows_first = "; items rows first" in ir  # as generated (work_item_ir)
         t, l, b, r = workload.padding
         scratch = []
         if pads_by_copy(workload, config):

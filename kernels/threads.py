@@ -60,17 +60,14 @@ def parallel_entry_ir(kernel: str, phases: list[tuple], *, md_base: int = 1_000_
     elsewhere in the same module as ``void @body(ptr, i64)``. A phase given as
     ``(body, total, True)`` has a body ``void @body(ptr, i64 item, i64 next)`` told the
     item its thread runs next (-1 when none), so it can prefetch for it: threads claim
-    their next chunk before running the last item of the current one. ``(body, total,
-    ahead, grain)``: every claim is a multiple of ``grain`` items. ``md_base`` is
+    their next chunk before running the last item of the current one. ``md_base`` is
     accepted for compatibility (no metadata is emitted).
     """
     lines = ["  %nt = sext i32 %nthreads to i64", "  %parts = mul i64 %nt, 8"]
     for p, (body, total, *flags) in enumerate(phases):
         ahead = 1 if flags and flags[0] else 0
-        grain = flags[1] if len(flags) > 1 else 1  # a claim is a multiple of it
-        lines += [f"  %r{p} = sdiv i64 {total}, %parts", f"  %g{p} = sdiv i64 %r{p}, {grain}",
-                  f"  %c{p} = mul i64 %g{p}, {grain}", f"  %small{p} = icmp slt i64 %c{p}, {grain}",
-                  f"  %chunk{p} = select i1 %small{p}, i64 {grain}, i64 %c{p}",
+        lines += [f"  %c{p} = sdiv i64 {total}, %parts", f"  %small{p} = icmp slt i64 %c{p}, 1",
+                  f"  %chunk{p} = select i1 %small{p}, i64 1, i64 %c{p}",
                   f"  call void @gt_parallel(ptr @{body}, ptr %args, i64 {total}, i64 %chunk{p}, i32 {ahead}, "
                   f"i32 %nthreads)"]
     return ("declare void @gt_parallel(ptr, ptr, i64, i64, i32, i32)\n"

@@ -382,24 +382,30 @@ def _rows_first(prog) -> list[str]:
 def test_a_1x1_conv_whose_input_a_depthwise_conv_writes_next_takes_rows_first(monkeypatch):
     """The executor gives a 1x1 conv rows-first work items exactly where the next write over the
     memory it reads is a depthwise conv's (kernels.conv2d.takes_rows_first); results unchanged."""
+    from kernels.jit import clear_kernel_caches
+
     monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # 16 rows: enough for 2 threads
-    m = _inverted_residuals()
-    prog = _check(m, uniform_plan(m, 16))
-    chosen = _rows_first(prog)
-    assert chosen and set(chosen) <= {f"{k}{i}" for k in ("expand", "project") for i in range(3)}
-    # Each chosen conv's input is next written (in run order, on into the next run) by a depthwise conv.
-    steps = [s for s in prog.steps if "out" in getattr(s.fn, "keep", [None, {}])[1]]
-    for name in chosen:
-        i = [s.name for s in steps].index(name)
-        data = steps[i].fn.keep[1]["data"]
-        lo, hi = data.ctypes.data, data.ctypes.data + data.nbytes
-        for s in steps[i + 1:] + steps[:i]:
-            out = s.fn.keep[1]["out"]
-            if out.ctypes.data < hi and lo < out.ctypes.data + out.nbytes:
-                assert s.name.startswith("dw"), (name, s.name)
-                break
-        else:
-            raise AssertionError(f"nothing writes over {name}'s input")
-    # No depthwise conv, no rows-first kernel.
-    block = _resnet_block()
-    assert _rows_first(_check(block, uniform_plan(block, 16))) == []
+    clear_kernel_caches()  # kernels are generated for a thread count: none from another
+    try:
+        m = _inverted_residuals()
+        prog = _check(m, uniform_plan(m, 16))
+        chosen = _rows_first(prog)
+        assert chosen and set(chosen) <= {f"{k}{i}" for k in ("expand", "project") for i in range(3)}
+        # Each chosen conv's input is next written (in run order, on into the next run) by a depthwise conv.
+        steps = [s for s in prog.steps if "out" in getattr(s.fn, "keep", [None, {}])[1]]
+        for name in chosen:
+            i = [s.name for s in steps].index(name)
+            data = steps[i].fn.keep[1]["data"]
+            lo, hi = data.ctypes.data, data.ctypes.data + data.nbytes
+            for s in steps[i + 1:] + steps[:i]:
+                out = s.fn.keep[1]["out"]
+                if out.ctypes.data < hi and lo < out.ctypes.data + out.nbytes:
+                    assert s.name.startswith("dw"), (name, s.name)
+                    break
+            else:
+                raise AssertionError(f"nothing writes over {name}'s input")
+        # No depthwise conv, no rows-first kernel.
+        block = _resnet_block()
+        assert _rows_first(_check(block, uniform_plan(block, 16))) == []
+    finally:
+        clear_kernel_caches()

@@ -336,17 +336,27 @@ def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
     run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
 
 
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Kernels generated for 2 threads (their text depends on it), none cached from another count."""
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")
+    clear_kernel_caches()
+    yield
+    clear_kernel_caches()
+
+
 @pytest.mark.parametrize("shape,cfg,nthreads", [
     ((1, 64, 14, 14), Conv2DConfig(16, 16, 7), 2),  # 4 channel blocks, a claim of 4 items per row
     ((1, 48, 14, 9), Conv2DConfig(16, 8, 4, oh_bn=2), None),  # 2-row tiles, 7 row tiles, a tail column tile
     ((2, 32, 13, 6), Conv2DConfig(8, 16, 5, oh_bn=2), 1),  # two images, a 1-row tail tile, one thread
     ((1, 256, 16, 16), Conv2DConfig(16, 32, 3), 2),  # reduced in batches (ic_batch)
 ])
-def test_1x1_rows_first_items_match_the_reference(monkeypatch, shape, cfg, nthreads):
-    """Work items rows first (a claim holds all channel blocks of its rows) compute the same conv."""
-    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # the kernels are generated for 2 threads
+def test_1x1_rows_first_items_match_the_reference(two_threads, shape, cfg, nthreads):
+    """Work items rows first (a thread's band is every channel block of some rows) compute the same conv."""
     wl = Conv2DWorkload(shape, (64, shape[1], 1, 1))
     assert takes_rows_first(wl, cfg, True, threads=2)
+    assert "; items rows first" in conv2d_ir(wl, cfg, rows_first=True)
+    assert "; items rows first" not in conv2d_ir(wl, cfg)
     run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, rows_first=True)
 
 

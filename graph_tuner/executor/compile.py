@@ -148,7 +148,13 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
     views = _views(model, steps, key, reads, shapes)
     arrays, owned = allocate(actions, shapes, kept, views.place)
-    rows_first = _rows_first_convs(model, actions, run_by, arrays)
+
+    def data_key(s: Step):  # what a conv step reads as its data (its prologue's input, if any)
+        if s.prologue:
+            return key(s.prologue.inputs[0], reads(s.prologue.ops[0], s.prologue.inputs[0]))
+        return key(model.op(s.ops[0]).inputs[0], reads(s.ops[0], model.op(s.ops[0]).inputs[0]))
+
+    rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
@@ -194,11 +200,12 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     return prog
 
 
-def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: dict) -> set[str]:
+def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: dict, data_key) -> set[str]:
     """The dense convs whose input memory a depthwise conv writes next (in run order, on into
-    the next run): their kernels take work items rows first (:func:`kernels.conv2d.takes_rows_first`),
-    so that each input row is read by one core and the depthwise conv waits on fewer copies.
-    MobileNet-v2 ran 4% faster so (benchmarks/README.md, session 17)."""
+    the next run; ``data_key(step)``: the buffer key a conv step reads its data from): their
+    kernels take work items rows first (:func:`kernels.conv2d.takes_rows_first`), so that each
+    input row is read by one core and the depthwise conv waits on fewer copies. MobileNet-v2
+    took 0.95-0.99x the time so (benchmarks/README.md, session 17)."""
     def span(k) -> tuple[int, int]:
         return arrays[k].ctypes.data, arrays[k].ctypes.data + arrays[k].nbytes
 
@@ -208,9 +215,9 @@ def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: 
     writes = [[span(k) for k in written] for written, *_ in actions]
     out = set()
     for i, s in enumerate(run_by):
-        if s is None or s.kind != "conv" or depthwise(s) or not actions[i][1]:
+        if s is None or s.kind != "conv" or depthwise(s):
             continue
-        lo, hi = span(actions[i][1][0])  # its data input: the first key it reads
+        lo, hi = span(data_key(s))
         for j in [*range(i + 1, len(actions)), *range(i + 1)]:
             if any(a < hi and lo < b for a, b in writes[j]):
                 if depthwise(run_by[j]):
@@ -249,7 +256,7 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, rows_firs
             raise GraphTunerError(f"layer '{conv.name}': {e}; solve without its Winograd records") from None
         weight = transform_weight(weight)
     else:
-        # The epilogue the tuner timed it with; rows first or not, the same kernel's arithmetic.
+        # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
         kernel = build_conv2d(w, config, rows_first=rows_first, **step_epilogue(model, s))
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
