@@ -14,8 +14,8 @@ its own kernel on the network's own buffers, after each of:
 * ``in network``: every other step of the network, those after it (the last run's) then
   those before it, as runs back to back have them.
 
-Each column is the median of ``--calls`` calls in ms (the last: of a tenth of them, at least 20). Interleave nothing else with it (the
-numbers are per call, on a quiet machine).
+Each column is the median of ``--calls`` calls in ms (the last: of a tenth of them, at least
+20). Run nothing else meanwhile: the numbers are per call.
 """
 from __future__ import annotations
 

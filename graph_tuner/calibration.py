@@ -154,7 +154,8 @@ def calibrate(solve: Callable[[InNetworkCosts], Plan], measure: Callable[[Plan],
     the plan uses in-network costs only (or ``max_rounds`` runs).
 
     ``solve(costs)`` returns the best plan under ``costs`` (each alone time times its measured
-    ratio, else its group's median ratio); ``measure(plan)`` runs it and returns each profile step's in-network / alone ratio.
+    ratio, else its group's median ratio); ``measure(plan)`` runs it and returns each profile
+    step's in-network / alone ratio.
 
     >>> from graph_tuner.plan import Plan
     >>> def solve(costs):  # a stand-in: one "layer" whose cost is known once measured

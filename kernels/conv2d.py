@@ -171,14 +171,14 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     blocks of every row, so every core reads every input row. Rows first (``(n, rows,
     channel block)``), a band is every channel block of some rows, so each input row is read
     by one core (but the row at a band's edge). The next kernel writing over that memory
-    then waits for fewer copies to be invalidated: MobileNet-v2's depthwise
-    convs, which write over what the block before's 1x1 projection read
-    (benchmarks/output_state.py), ran 25-40% faster, and the whole network 5%. The conv
-    itself runs about as fast, but not with few row tiles (each thread's weights pass once
-    per row tile: a 7x7 projection with 4 for 2 threads took +0.016 ms), and as a rule for
-    all 1x1 convs it cost ResNet-50 and DenseNet-121 1% (benchmarks/README.md, session 17). So the executor asks for it only where a
-    depthwise conv writes next over the conv's input (:mod:`graph_tuner.executor.compile`);
-    the tuner times the other order.
+    then waits for fewer copies to be invalidated: MobileNet-v2's depthwise convs, which
+    write over what the block before's 1x1 projection read (benchmarks/output_state.py),
+    ran 25-40% faster, and the whole network took 0.95-0.99x the time. The conv itself runs
+    about as fast, but not with few row tiles (each thread's weights pass once per row tile:
+    a 7x7 projection with 4 for 2 threads took +0.016 ms), and as a rule for all 1x1 convs
+    it cost ResNet-50 and DenseNet-121 1% (benchmarks/README.md, session 17). So the
+    executor asks for it only where a depthwise conv writes next over the conv's input
+    (:mod:`graph_tuner.executor.compile`); the tuner times the other order.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
     >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]
@@ -349,7 +349,7 @@ class ConvContext:
     chunks: list[tuple[int, int]]  # the output block's vectors (offset, width)
     ohb: int  # register tile rows
     T: int  # register tile width (output pixels)
-    rows_first: bool  # items (n, rows, channel block), a claim holding whole rows (takes_rows_first)
+    rows_first: bool  # items (n, rows, channel block): a thread's band is whole rows (takes_rows_first)
     G: int  # output rows per work item
     NB: int  # row blocks per output plane
     steps_ic: int  # innermost loop trips per (icg, kh)
