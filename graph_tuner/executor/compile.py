@@ -149,10 +149,9 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     views = _views(model, steps, key, reads, shapes)
     arrays, owned = allocate(actions, shapes, kept, views.place)
 
-    def data_key(s: Step):  # what a conv step reads as its data (its prologue's input, if any)
-        if s.prologue:
-            return key(s.prologue.inputs[0], reads(s.prologue.ops[0], s.prologue.inputs[0]))
-        return key(model.op(s.ops[0]).inputs[0], reads(s.ops[0], model.op(s.ops[0]).inputs[0]))
+    def data_key(s: Step):
+        reader, source = _data_source(model, s)
+        return key(source, reads(reader, source))
 
     rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
@@ -198,6 +197,14 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     prog.buffer_bytes = sum(b.nbytes for b in owned)  # the whole buffers, not the views into them
     prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
     return prog
+
+
+def _data_source(model: Model, s: Step) -> tuple[str, str]:
+    """``(reader, tensor)``: what a conv step reads as its data. With a prologue the conv reads
+    what its chain would have (in the block it checked to agree)."""
+    if s.prologue:
+        return s.prologue.ops[0], s.prologue.inputs[0]
+    return s.ops[0], model.op(s.ops[0]).inputs[0]
 
 
 def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: dict, data_key) -> set[str]:
@@ -260,9 +267,7 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, rows_firs
         kernel = build_conv2d(w, config, rows_first=rows_first, **step_epilogue(model, s))
     depthwise = w.is_depthwise and w.out_channels == w.in_channels
     packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
-    # With a prologue the conv reads what its chain would have (in the block it checked to agree).
-    reader, source = (s.prologue.ops[0], s.prologue.inputs[0]) if s.prologue else (conv.name, conv.inputs[0])
-    data = read(reader, source, in_block).reshape(kernel.input_shape)
+    data = read(*_data_source(model, s), in_block).reshape(kernel.input_shape)
     residual = None
     if s.residual:
         add = next(n for n in s.ops[1:] if s.residual in model.op(n).inputs)  # the fused add reads it
