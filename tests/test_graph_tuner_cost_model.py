@@ -265,14 +265,15 @@ def test_random_candidates_on_a_projection_shortcut(data):
     assert plan.joins["s"] in (outs["c"], outs["sc"])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_a_log_holding_what_a_measuring_solve_measured_solves_without_measuring(data):
     """``solve(measure=...)`` keeps what it measured (``tune`` logs it); solving from the conv
     records and those transforms again must need no other transform and find the same cost,
-    whatever the transforms' rates (the bound on unmeasured ones moves with the fastest). The
-    property tests/test_cluster.py checks on a Dask-written log, without Dask: there it failed
-    once in a full-suite run (session 17), and not in 28 runs of that module."""
+    whatever the transforms' rates. The transforms the baselines measure lower the bound on
+    unmeasured ones (the fastest known rate), so the plan is solved again until a pass measures
+    nothing: without that, 1,500 draws found plans the log could not re-solve, and cheaper ones
+    (the cause of tests/test_cluster.py's failure on a Dask-written log, session 17)."""
     from graph_tuner.records import make_transform_record
     from graph_tuner.layout_flow import layout_name
 
