@@ -1,8 +1,10 @@
 """Hand-run A/B: a model built twice, timed end to end side by side with onnxruntime and the
 host probe: as shipped (the plan solved from the log shipped for this CPU, today's kernels),
-and changed (the plan from another log, or a ``kernels.conv2d`` constant at another value).
+and changed (the plan from another log, or a module constant at another value: a
+``kernels.conv2d`` one by its name, any other by ``module.NAME``).
 
     python benchmarks/ab_builds.py resnet-50 --set L1_WEIGHT_SHARE=0.25 [--rounds 40] [--calls 4]
+    python benchmarks/ab_builds.py mobilenet-v2 --set graph_tuner.executor.compile.FUSE_DW_PROJECT=False
     python benchmarks/ab_builds.py resnet-18 --log data/rocketlake/resnet-18.log
 
 Both builds run on the same seeded weights and input, their outputs checked equal first;
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import tempfile
 from pathlib import Path
 
@@ -34,15 +37,15 @@ from kernels.threads import num_threads
 from kernels.jit import clear_kernel_caches
 
 
-def build(model, plan, params, name: str, value) -> object:
-    """The plan's program with ``kernels.conv2d.<name>`` set to ``value`` while its kernels compile."""
-    old = getattr(conv, name)
-    setattr(conv, name, value)
+def build(model, plan, params, module, name: str, value) -> object:
+    """The plan's program with ``module.<name>`` set to ``value`` while it compiles."""
+    old = getattr(module, name)
+    setattr(module, name, value)
     clear_kernel_caches()  # kernels built with the other value must not be reused
     try:
         return compile_model(model, plan, params)
     finally:
-        setattr(conv, name, old)
+        setattr(module, name, old)
         clear_kernel_caches()
 
 
@@ -50,16 +53,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--log", help="solve the changed build's plan from this tuning log")
-    ap.add_argument("--set", dest="change", metavar="NAME=VALUE",
-                    help="build the changed build's kernels with this kernels.conv2d constant (a Python literal)")
+    ap.add_argument("--set", dest="change", metavar="[MODULE.]NAME=VALUE",
+                    help="build the changed build with this constant (a Python literal; default module kernels.conv2d)")
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--calls", type=int, default=4, help="calls per runner per round")
     args = ap.parse_args()
     if not (args.log or args.change):
         ap.error("say what changes: --log, --set or both")
     name, _, text = (args.change or "").partition("=")
-    if args.change and not hasattr(conv, name):
-        ap.error(f"kernels.conv2d has no constant {name!r}")
+    where, _, name = name.rpartition(".")
+    try:
+        module = importlib.import_module(where) if where else conv
+    except ImportError:
+        ap.error(f"--set: no module {where!r}")
+    if args.change and not hasattr(module, name):
+        ap.error(f"{module.__name__} has no constant {name!r}")
 
     model = load_model(args.model)
     plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve(measure=True)
@@ -67,8 +75,8 @@ def main() -> None:
     current = compile_model(model, plan, params)
     other = GraphTuner(model, args.log, top_k=20).solve(measure=True) if args.log else plan
     if args.change:
-        value = type(getattr(conv, name))(ast.literal_eval(text))
-        changed = build(model, other, params, name, value)
+        value = type(getattr(module, name))(ast.literal_eval(text))
+        changed = build(model, other, params, module, name, value)
     else:
         changed = compile_model(model, other, params)
     ref = current.run(x)[0]

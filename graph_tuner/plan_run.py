@@ -139,14 +139,17 @@ class InNetworkTimer:
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         ratios: dict[str, list[float]] = {}
-        for name, ratio in self._ratios(prog, plan):
-            ratios.setdefault(name, []).append(ratio)
+        for timed in self._rounds(prog, plan):
+            for name, ratio in _step_ratios(timed, _run_by(prog, plan)).items():
+                ratios.setdefault(name, []).append(ratio)
         return {name: float(np.median(r)) for name, r in ratios.items()}
 
-    def _ratios(self, prog, plan) -> Iterator[tuple[str, float]]:
-        """``(step name, in-network / alone)`` for every step re-timed in every round, each
-        against the profiles taken just before and just after its re-timing."""
+    def _rounds(self, prog, plan) -> Iterator[dict[str, tuple[float, float]]]:
+        """Per round, ``{name: (in-network ms, alone ms)}`` for every name re-timed: the
+        in-network time is its step's mean in the profiles taken just before and just after
+        its re-timing (a step running several layers, :func:`_run_by`, stands for each)."""
         clock = time.perf_counter
+        run_by = _run_by(prog, plan)
 
         def profile() -> tuple[dict[str, float], float]:
             t0 = clock()
@@ -156,7 +159,7 @@ class InNetworkTimer:
         before, span = profile()
         for _ in range(self.rounds):
             pending: list[tuple[list[str], float]] = []
-            started = clock()
+            started, timed = clock(), {}
             timings = iter_retimed(plan, self.model)
             while (item := next(timings, None)) is not None or pending:
                 if item is not None:
@@ -166,10 +169,32 @@ class InNetworkTimer:
                 after, span = profile()
                 for names, alone in pending:
                     for name in names:
-                        # A step timed at 0 (none is) would have no ratio, and calibration would
-                        # stop on it: it runs as alone.
-                        yield name, (before[name] + after[name]) / 2 / alone if alone > 0 else 1.0
+                        step = run_by.get(name, name)
+                        timed[name] = ((before[step] + after[step]) / 2, alone)
                 before, pending, started = after, [], clock()
+            yield timed
+
+
+def _run_by(prog, plan) -> dict[str, str]:
+    """``{layer: step}`` for the conv layers that run inside a step of another name: a
+    depthwise conv and the 1x1 conv fused with it (:mod:`kernels.dw_project`) run as one."""
+    layers = {lc.name for lc in plan.layers}
+    return {op: s.name for s in prog.steps for op in s.ops if op in layers and op != s.name}
+
+
+def _step_ratios(timed: dict[str, tuple[float, float]], run_by: dict[str, str]) -> dict[str, float]:
+    """In-network / alone per name; the layers of one step share their step's: its time over
+    the sum of theirs alone. (A step timed at 0 alone, none is, would have no ratio, and
+    calibration would stop on it: it runs as alone.)"""
+    steps: dict[str, list[str]] = {}
+    for name in timed:
+        steps.setdefault(run_by.get(name, name), []).append(name)
+    out = {}
+    for names in steps.values():
+        alone = sum(timed[n][1] for n in names)
+        ratio = float(np.mean([timed[n][0] for n in names])) / alone if alone > 0 else 1.0
+        out.update(dict.fromkeys(names, ratio))
+    return out
 
 
 def retimed_cost_ms(plan, model=None) -> float:

@@ -70,7 +70,7 @@ from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_ir", "kernel_workload", "pack_weight", "supported"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "supported"]
 
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
 ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in")
@@ -847,6 +847,19 @@ def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0
         f.label(end_label)
 
 
+def conv2d_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
+                      affine_out: bool = False, prologue: bool = False) -> dict[str, tuple[int, ...] | None]:
+    """The arrays a conv2d kernel takes, by name (:data:`ARGS`; None: not taken), in NCHWc."""
+    N, IC, H, W = workload.data_shape
+    OC, ICg, KH, KW = workload.kernel_shape
+    icb, ocb = config.ic_bn, config.oc_bn
+    out = (N, OC // ocb, workload.out_height, workload.out_width, ocb)
+    return dict(data=(N, IC // icb, H, W, icb), weight=(OC // ocb, ICg // icb, KH, KW, icb, ocb), out=out,
+                bias=(OC,) if bias else None, residual=out if residual else None, out2=out if affine_out else None,
+                scale2=(OC,) if affine_out else None, shift2=(OC,) if affine_out else None,
+                scale_in=(IC,) if prologue else None, shift_in=(IC,) if prologue else None)
+
+
 class Conv2DKernel(Kernel):
     """A compiled NCHWc conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
 
@@ -855,14 +868,13 @@ class Conv2DKernel(Kernel):
                  affine_activation: str | tuple | None = None, prologue: bool = False,
                  prologue_activation: str | tuple | None = None, rows_first: bool = False):
         N, IC, H, W = workload.data_shape
-        OC, ICg, KH, KW = workload.kernel_shape
         OH, OW = workload.out_height, workload.out_width
-        icb, ocb = config.ic_bn, config.oc_bn
+        icb = config.ic_bn
         self.workload, self.config, self.activation = workload, config, activation_key(activation)
-        self.input_shape = (N, IC // icb, H, W, icb)
-        self.weight_shape = (OC // ocb, ICg // icb, KH, KW, icb, ocb)
-        self.output_shape = (N, OC // ocb, OH, OW, ocb)
-        self.bias_shape = (OC,)
+        shapes = conv2d_arg_shapes(workload, config, bias=bias, residual=residual, affine_out=affine_out,
+                                   prologue=prologue)
+        self.input_shape, self.weight_shape, self.output_shape = shapes["data"], shapes["weight"], shapes["out"]
+        self.bias_shape = (workload.out_channels,)
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
                        prologue_activation=prologue_activation, rows_first=rows_first)
@@ -873,11 +885,6 @@ class Conv2DKernel(Kernel):
             scratch = [np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
         elif compact_input(workload) is not None:
             scratch = [np.zeros((N, IC // icb, OH, OW, icb), np.float32)]
-        shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
-                      bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None,
-                      out2=self.output_shape if affine_out else None, scale2=self.bias_shape if affine_out else None,
-                      shift2=self.bias_shape if affine_out else None, scale_in=(IC,) if prologue else None,
-                      shift_in=(IC,) if prologue else None)
         super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])
 
 
@@ -900,9 +907,10 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     return True
 
 
-def _depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None:
-    """The depthwise kernel's arguments if ``workload`` runs on it (None: the conv2d kernel);
-    ValueError for what it has not (a second output, an input prologue)."""
+def depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None:
+    """The depthwise kernel's arguments of :func:`build_conv2d`'s ``epilogue`` if ``workload``
+    runs on it (None: the conv2d kernel); ValueError for what it has not (a second output, an
+    input prologue)."""
     if not (workload.is_depthwise and workload.out_channels == workload.in_channels):
         return None
     if epilogue.get("affine_out") or epilogue.get("prologue"):
@@ -913,7 +921,7 @@ def _depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None
 def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
     """The IR text :func:`build_conv2d` compiles for these arguments (so that it can be
     compiled ahead, :func:`kernels.jit.compile_ahead`); raises ValueError where it would."""
-    depthwise = _depthwise_epilogue(workload, epilogue)
+    depthwise = depthwise_epilogue(workload, epilogue)
     return conv2d_ir(workload, config, **epilogue) if depthwise is None else depthwise_ir(workload, config, **depthwise)
 
 
@@ -929,7 +937,7 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
     (which has no affine second output).
     """
-    depthwise = _depthwise_epilogue(workload, dict(bias=bias, residual=residual, activation=activation,
+    depthwise = depthwise_epilogue(workload, dict(bias=bias, residual=residual, activation=activation,
                                                     affine_out=affine_out, prologue=prologue))
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)

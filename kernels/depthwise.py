@@ -32,7 +32,7 @@ from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_ir"]
+__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir"]
 
 def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     if workload.out_dtype != "float32" or workload.layout != "NCHW":
@@ -134,22 +134,27 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     return f.text() + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * OH)])
 
 
+def depthwise_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False,
+                         residual: bool = False) -> dict[str, tuple[int, ...] | None]:
+    """The arrays a depthwise kernel takes, by name (None: not taken), in NCHWc."""
+    N, C, H, W = workload.data_shape
+    _, _, KH, KW = workload.kernel_shape
+    bn = config.oc_bn
+    out = (N, C // bn, workload.out_height, workload.out_width, bn)
+    return dict(data=(N, C // bn, H, W, bn), weight=(C // bn, 1, KH, KW, 1, bn), out=out,
+                bias=(C,) if bias else None, residual=out if residual else None)
+
+
 class DepthwiseKernel(Kernel):
     """A compiled NCHWc depthwise conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
 
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
                  activation: str | tuple | None):
-        N, C, H, W = workload.data_shape
-        _, _, KH, KW = workload.kernel_shape
-        bn = config.oc_bn
         self.workload, self.config, self.activation = workload, config, activation_key(activation)
-        self.input_shape = (N, C // bn, H, W, bn)
-        self.weight_shape = (C // bn, 1, KH, KW, 1, bn)
-        self.output_shape = (N, C // bn, workload.out_height, workload.out_width, bn)
-        self.bias_shape = (C,)
+        shapes = depthwise_arg_shapes(workload, config, bias=bias, residual=residual)
+        self.input_shape, self.weight_shape, self.output_shape = shapes["data"], shapes["weight"], shapes["out"]
+        self.bias_shape = (workload.in_channels,)
         ir = depthwise_ir(workload, config, bias=bias, residual=residual, activation=activation)
-        shapes = dict(data=self.input_shape, weight=self.weight_shape, out=self.output_shape,
-                      bias=self.bias_shape if bias else None, residual=self.output_shape if residual else None)
         super().__init__(compile_ir(ir), "depthwise", shapes)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from kernels.jit import IRFunction
 
 __all__ = ["BASE_ARGS", "MEMCPY_DECL", "MINMAX_DECL", "PREFETCH_DECL", "IntrinsicSet", "arg_ptr", "const_splat",
-           "decompose", "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "static_taps", "tap_range",
+           "declare_once", "decompose", "fconst", "fsplat", "isplat", "maybe_loop", "pad_copy_ir", "splat", "static_taps", "tap_range",
            "vector_chunks", "vty"]
 
 # The arguments every conv kernel takes (a ``ptr`` array), in order; each kernel appends its own.
@@ -161,3 +161,15 @@ def pad_copy_ir(name: str, n: int, cb: int, h: int, w: int, block: int, pad: tup
     f.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr align 4 {d}, ptr align 4 {s}, i64 {w * block * 4}, i1 false)")
     f.emit("ret void")
     return f.text()
+
+
+def declare_once(text: str) -> str:
+    """The module text with each ``declare`` line kept once (the parts declare what they use)."""
+    seen, lines = set(), []
+    for line in text.splitlines():
+        if line.startswith("declare "):
+            if line in seen:
+                continue
+            seen.add(line)
+        lines.append(line)
+    return "\n".join(lines) + "\n"

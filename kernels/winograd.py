@@ -30,7 +30,7 @@ from kernels import hugepages
 from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
 from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy
-from kernels.ir import IntrinsicSet, arg_ptr, decompose, fsplat, vector_chunks, vty
+from kernels.ir import IntrinsicSet, arg_ptr, declare_once, decompose, fsplat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -238,7 +238,7 @@ def _winograd_text(workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, r
     # The GEMM's own argument block: data = V, weight = U, out = M, the rest null (kernels.conv2d.ARGS
     # and its scratch slot, unused by a 1x1 stride-1 conv).
     slots = SCRATCH_ARG + 1
-    return _declare_once(text) + f"""define void @{name}(ptr %args, i32 %nthreads) nounwind {{
+    return declare_once(text) + f"""define void @{name}(ptr %args, i32 %nthreads) nounwind {{
 entry:
   call void @{name}_phase_in(ptr %args, i32 %nthreads)
   %gargs = alloca [{slots} x ptr], align 8
@@ -260,18 +260,6 @@ entry:
 }}
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 """
-
-
-def _declare_once(text: str) -> str:
-    """The module text with each ``declare`` line kept once (the parts declare what they use)."""
-    seen, lines = set(), []
-    for line in text.splitlines():
-        if line.startswith("declare "):
-            if line in seen:
-                continue
-            seen.add(line)
-        lines.append(line)
-    return "\n".join(lines) + "\n"
 
 
 _arenas: list[np.ndarray] = [np.zeros(0, np.float32), np.zeros(0, np.float32)]  # V's and M's

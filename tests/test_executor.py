@@ -382,8 +382,10 @@ def _rows_first(prog) -> list[str]:
 def test_a_1x1_conv_whose_input_a_depthwise_conv_writes_next_takes_rows_first(monkeypatch):
     """The executor gives a 1x1 conv rows-first work items exactly where the next write over the
     memory it reads is a depthwise conv's (kernels.conv2d.takes_rows_first); results unchanged."""
+    import graph_tuner.executor.compile as compile_module
     from kernels.jit import clear_kernel_caches
 
+    monkeypatch.setattr(compile_module, "FUSE_DW_PROJECT", False)  # unfused (fused: the test below)
     monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # 16 rows: enough for 2 threads
     clear_kernel_caches()  # kernels are generated for a thread count: none from another
     try:
@@ -407,5 +409,45 @@ def test_a_1x1_conv_whose_input_a_depthwise_conv_writes_next_takes_rows_first(mo
         # No depthwise conv, no rows-first kernel.
         block = _resnet_block()
         assert _rows_first(_check(block, uniform_plan(block, 16))) == []
+    finally:
+        clear_kernel_caches()
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.ctypes.data < b.ctypes.data + b.nbytes and b.ctypes.data < a.ctypes.data + a.nbytes
+
+
+def test_a_depthwise_conv_and_the_1x1_conv_reading_it_run_as_one_kernel(monkeypatch):
+    """Each depthwise conv whose output only the next 1x1 conv reads runs fused with it
+    (kernels.dw_project), the 1x1 conv writing into memory the depthwise conv no longer
+    needs; the convs feeding them take rows first; outputs equal the reference. Not where
+    the depthwise output is wanted (kept), nor below MIN_FUSED_ROWS."""
+    import graph_tuner.executor.compile as compile_module
+    from kernels.dw_project import DwProjectKernel
+    from kernels.jit import clear_kernel_caches
+
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")
+    monkeypatch.setattr(compile_module, "MIN_FUSED_ROWS", 16)
+    clear_kernel_caches()
+    try:
+        m = _inverted_residuals()
+        prog = _check(m, uniform_plan(m, 16))
+        fused = [s for s in prog.steps if isinstance(getattr(s.fn, "keep", [None])[0], DwProjectKernel)]
+        assert [s.name for s in fused] == [f"dw{i}+project{i}" for i in range(3)]
+        for s in fused:
+            _, dw, pw, _ = s.fn.keep
+            assert s.ops[0] == s.name.split("+")[0] and s.name.split("+")[1] in s.ops
+            # Bands of the 1x1 conv are written while later bands of the depthwise conv still read.
+            assert not _overlap(pw.keep[1]["out"], dw.keep[1]["data"])
+            assert not _overlap(pw.keep[1]["out"], dw.keep[1]["out"])
+            mid, data = dw.keep[1]["out"], pw.keep[1]["data"]
+            assert (mid.ctypes.data, mid.shape) == (data.ctypes.data, data.shape)
+        assert set(_rows_first(prog)) == {f"expand{i}" for i in range(3)}
+        # The second block's depthwise output kept: that pair runs as two kernels.
+        wanted = next(c.name for c in m.consumers("dw1"))
+        kept = _check(m, uniform_plan(m, 16), names=[wanted])
+        assert [s.name for s in kept.steps if "+" in s.name] == ["dw0+project0", "dw2+project2"]
+        monkeypatch.setattr(compile_module, "MIN_FUSED_ROWS", 17)  # the planes have 16 rows
+        assert not [s for s in _check(m, uniform_plan(m, 16)).steps if "+" in s.name]
     finally:
         clear_kernel_caches()

@@ -127,25 +127,30 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     def key(t: str, b: int):
         return t if not _is_4d(model.op(t).shape) or b == blocks[t] else (t, b)
 
+    kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
+    fused_with = _depthwise_projections(model, steps, layers, {t for t, _ in transforms}, kept) if FUSE_DW_PROJECT \
+        else {}
+    runs_fused = {d.output for d in fused_with.values()}  # run by the 1x1 conv fused with them
     actions: list[tuple] = []  # ([keys written], [keys read]) in run order
-    run_by: list[Step | None] = []  # the step of each action (None: an input or a transform)
+    run_by: list[Step | None] = []  # the (first) step of each action (None: an input or a transform)
     for tensor in model.inputs:
         actions.append(([tensor], []))
         actions += [([(t, b)], [t]) for t, b in transforms if t == tensor]
     for s in steps:
-        if s.fused:  # run by a conv (its second output or its prologue)
+        if s.fused or s.output in runs_fused:  # run by a conv (its second output or prologue; or fused)
             continue
-        covered = s.ops + (s.prologue.ops if s.prologue else [])
-        written = _written(s)
+        # A fused pair is one action: the 1x1 conv writes while the depthwise conv still reads.
+        parts = ([fused_with[s.ops[0]]] if s.ops[0] in fused_with else []) + [s]
+        covered = [o for q in parts for o in q.ops + (q.prologue.ops if q.prologue else [])]
+        written = [w for q in parts for w in _written(q)]
         run_by += [None] * (len(actions) - len(run_by))
         actions.append((written, [key(i, reads(o, i)) for o in covered for i in model.op(o).inputs
                                   if i not in covered]))
-        run_by.append(s)
+        run_by.append(parts[0])
         actions += [([(t, b)], [t]) for tensor in written for t, b in transforms if t == tensor]
     run_by += [None] * (len(actions) - len(run_by))
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
-    kept = set(model.inputs) | set(keep) | {key(o, reads("<output>", o)) for o in model.outputs}
     views = _views(model, steps, key, reads, shapes)
     arrays, owned = allocate(actions, shapes, kept, views.place)
 
@@ -153,7 +158,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         reader, source = _data_source(model, s)
         return key(source, reads(reader, source))
 
-    rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key)
+    rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key) | _feeders(model, steps, fused_with)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
@@ -179,6 +184,10 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
             continue
         if s.output in views.done:  # a view: its inputs wrote it
             pass
+        elif s.output in runs_fused:  # the 1x1 conv that reads it runs it (next)
+            continue
+        elif s.ops[0] in fused_with:
+            out_steps.append(_dw_project_step(model, fused_with[s.ops[0]], s, layers, params, read, buffers))
         elif s.kind == "conv":
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers, s.ops[0] in rows_first))
         else:
@@ -205,6 +214,69 @@ def _data_source(model: Model, s: Step) -> tuple[str, str]:
     if s.prologue:
         return s.prologue.ops[0], s.prologue.inputs[0]
     return s.ops[0], model.op(s.ops[0]).inputs[0]
+
+
+# Off only for side-by-side runs (benchmarks/ab_builds.py --set graph_tuner.executor.compile.FUSE_DW_PROJECT=False).
+FUSE_DW_PROJECT = True
+# Planes with fewer rows run as two kernels: fused, MobileNet-v2's 14x14 and 7x7 pairs took
+# 1.11-1.18x the two kernels' time alone (the 1x1 conv's weights pass once per row block,
+# and fewer, taller blocks leave a thread idle), its 56x56 and 28x28 ones 0.99-1.02x; fusing
+# all pairs took 0.97-1.00x the time end to end, only these 1.01-1.03x (benchmarks/README.md, session 18).
+MIN_FUSED_ROWS = 28
+
+
+def _depthwise_projections(model: Model, steps: list[Step], layers: dict, transformed: set[str],
+                           kept: set) -> dict[str, Step]:
+    """``{1x1 conv: depthwise conv step}``: the depthwise convs whose output only the next step,
+    a 1x1 conv, reads, in the depthwise conv's block and with nothing of its own (no transform,
+    second output, prologue or Winograd), so that the two run as one kernel, row band by row
+    band (:mod:`kernels.dw_project`; :func:`kernels.dw_project.fusable` says where)."""
+    from graph_tuner.winograd import runs_winograd
+    from kernels.dw_project import fusable
+
+    def layer(s: Step):
+        lc = layers[s.ops[0]]
+        w = model.workload(model.op(s.ops[0]))
+        return lc, w, not runs_winograd(w, getattr(lc.candidate.record, "workload", None))
+
+    run = [s for s in steps if not s.fused]
+    out = {}
+    for d, p in zip(run, run[1:]):
+        if d.kind != "conv" or p.kind != "conv" or d.affine or p.prologue or d.output in transformed | kept:
+            continue
+        if [c.name for c in model.consumers(d.output)] != [p.ops[0]] or _data_source(model, p) != (p.ops[0], d.output):
+            continue
+        (ld, wd, direct_d), (lp, wp, direct_p) = layer(d), layer(p)
+        if wd.out_height < MIN_FUSED_ROWS:
+            continue
+        if direct_d and direct_p and ld.out_block == lp.in_block and fusable(wd, ld.candidate.config, wp,
+                                                                             lp.candidate.config):
+            out[p.ops[0]] = d
+    return out
+
+
+def _feeders(model: Model, steps: list[Step], fused_with: dict[str, Step]) -> set[str]:
+    """The convs writing what a fused depthwise conv reads: their work items go rows first too,
+    so that each core computes the rows that it reads next (the fused kernel's bands are rows).
+    Taken with the fusion: MobileNet-v2 with every pair fused and its feeders rows first took
+    0.84x the time of the unfused plan in a slow phase of the host, and 0.98-0.99x in a calm
+    one; with the fusion as it is, feeders or not, 1.01-1.03x (benchmarks/README.md, session 18)."""
+    writer = {s.output: s.ops[0] for s in steps if s.kind == "conv"}
+    return {writer[i] for d in fused_with.values() if (i := model.op(d.ops[0]).inputs[0]) in writer}
+
+
+def _dw_project_step(model: Model, d: Step, p: Step, layers: dict, params, read, buffers: dict) -> ProgramStep:
+    """A depthwise conv step and the 1x1 conv step reading its output (:func:`_depthwise_projections`)
+    as one kernel, bound to both steps' buffers (the depthwise output keeps its own)."""
+    from kernels.dw_project import build_dw_project
+
+    ld, lp = layers[d.ops[0]], layers[p.ops[0]]
+    wd, _, ed, dw_arrays = _conv_arrays(model, d, ld, params, read, buffers)
+    wp, _, ep, pw_arrays = _conv_arrays(model, p, lp, params, read, buffers)
+    kernel = build_dw_project(wd, ld.candidate.config, ed, wp, lp.candidate.config, ep)
+    predicted = None if ld.time_ms is None or lp.time_ms is None else ld.time_ms + lp.time_ms
+    return ProgramStep(f"{d.ops[0]}+{p.ops[0]}", "conv", _covered(d) + _covered(p), kernel.bind(dw_arrays, pw_arrays),
+                       predicted)
 
 
 def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: dict, data_key) -> set[str]:
@@ -236,10 +308,33 @@ def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: 
 def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, rows_first: bool = False) -> ProgramStep:
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers;
     ``rows_first``: its work items rows first (:func:`_rows_first_convs`)."""
-    from graph_tuner.winograd import runs_winograd
     from kernels.conv2d import build_conv2d
+    from kernels.winograd import build_winograd, winograd_epilogue
+
+    conv = model.op(s.ops[0])
+    w, winograd, epilogue, arrays = _conv_arrays(model, s, lc, params, read, buffers)
+    if winograd:  # the plan chose its GEMM's record
+        try:
+            kernel = build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
+        except ValueError as e:
+            raise GraphTunerError(f"layer '{conv.name}': {e}; solve without its Winograd records") from None
+    else:
+        # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
+        kernel = build_conv2d(w, lc.candidate.config, rows_first=rows_first, **epilogue)
+    return ProgramStep(conv.name, "conv", _covered(s), kernel.bind(**arrays), lc.time_ms)
+
+
+def _covered(s: Step) -> list[str]:
+    return (s.prologue.ops if s.prologue else []) + list(s.ops) + (s.affine.ops if s.affine else [])
+
+
+def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tuple:
+    """``(workload, runs Winograd, epilogue, arrays)`` of a conv step: its fused epilogue as
+    :func:`kernels.conv2d.build_conv2d`'s keyword arguments, and its kernel's arrays by
+    argument name (the folded weight packed for the kernel that runs it), in NCHWc."""
+    from graph_tuner.winograd import runs_winograd
     from kernels.packing import pack_depthwise_weight, pack_weight
-    from kernels.winograd import build_winograd, transform_weight, winograd_epilogue
+    from kernels.winograd import transform_weight
 
     conv = model.op(s.ops[0])
     w = model.workload(conv)
@@ -249,35 +344,30 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, rows_firs
         raise GraphTunerError(f"layer '{conv.name}': config blocks ({config.ic_bn}, {config.oc_bn}) do not match "
                               f"its layouts {lc.in_layout} -> {lc.out_layout}")
     weight, bias = fold_into_conv(model, s, params)
-    second = {}
+    arrays = dict(bias=bias)
     if s.affine is not None:
         scale, shift, _ = fold_affine(model, s.affine, params)
-        second = dict(scale2=scale, shift2=shift)
+        arrays.update(scale2=scale, shift2=shift)
     if s.prologue is not None:
         scale, shift, _ = fold_affine(model, s.prologue, params)
-        second.update(scale_in=scale, shift_in=shift)
-    if runs_winograd(w, getattr(lc.candidate.record, "workload", None)):  # the plan chose its GEMM's record
-        try:
-            kernel = build_winograd(w, config, **winograd_epilogue(step_epilogue(model, s)))
-        except ValueError as e:
-            raise GraphTunerError(f"layer '{conv.name}': {e}; solve without its Winograd records") from None
-        weight = transform_weight(weight)
+        arrays.update(scale_in=scale, shift_in=shift)
+    winograd = runs_winograd(w, getattr(lc.candidate.record, "workload", None))
+    if winograd:
+        arrays["weight"] = pack_weight(transform_weight(weight), in_block, out_block)
+    elif w.is_depthwise and w.out_channels == w.in_channels:
+        arrays["weight"] = pack_depthwise_weight(weight, out_block)
     else:
-        # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
-        kernel = build_conv2d(w, config, rows_first=rows_first, **step_epilogue(model, s))
-    depthwise = w.is_depthwise and w.out_channels == w.in_channels
-    packed = pack_depthwise_weight(weight, out_block) if depthwise else pack_weight(weight, in_block, out_block)
-    data = read(*_data_source(model, s), in_block).reshape(kernel.input_shape)
-    residual = None
+        arrays["weight"] = pack_weight(weight, in_block, out_block)
+    n, c, h, wd = w.data_shape
+    out_shape = (n, w.out_channels // out_block, w.out_height, w.out_width, out_block)
+    arrays["data"] = read(*_data_source(model, s), in_block).reshape(n, c // in_block, h, wd, in_block)
     if s.residual:
-        add = next(n for n in s.ops[1:] if s.residual in model.op(n).inputs)  # the fused add reads it
-        residual = read(add, s.residual, out_block).reshape(kernel.output_shape)
+        add = next(o for o in s.ops[1:] if s.residual in model.op(o).inputs)  # the fused add reads it
+        arrays["residual"] = read(add, s.residual, out_block).reshape(out_shape)
     if s.affine is not None:
-        second["out2"] = buffers[s.affine.output].reshape(kernel.output_shape)
-    fn = kernel.bind(data, packed, buffers[s.output].reshape(kernel.output_shape), bias=bias, residual=residual,
-                     **second)
-    covered = (s.prologue.ops if s.prologue else []) + list(s.ops) + (s.affine.ops if s.affine else [])
-    return ProgramStep(conv.name, "conv", covered, fn, lc.time_ms)
+        arrays["out2"] = buffers[s.affine.output].reshape(out_shape)
+    arrays["out"] = buffers[s.output].reshape(out_shape)
+    return w, winograd, step_epilogue(model, s), arrays
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
