@@ -274,3 +274,13 @@ def records_for_cpu(cpu: str) -> list:
         e = {"tile_ic": [-1, ib], "tile_oc": [-1, 16], "tile_ow": [-1, 1], **knob}
         out.append(make_conv2d_record(w, e, 0, [1e-4], f"llvm -mcpu={cpu}", timestamp=0.0))
     return out
+
+
+def test_the_layers_of_a_fused_step_share_its_ratio():
+    """A depthwise conv and the 1x1 conv fused with it are one step in the network: each gets
+    the step's in-network time over the two layers' alone times summed."""
+    from graph_tuner.plan_run import _step_ratios
+
+    timed = {"dw": (3.0, 1.0), "pw": (3.0, 2.0), "c": (4.0, 2.0)}  # name: (in-network ms, alone ms)
+    assert _step_ratios(timed, {"dw": "dw+pw", "pw": "dw+pw"}) == {"dw": 1.0, "pw": 1.0, "c": 2.0}
+    assert _step_ratios(timed, {}) == {"dw": 3.0, "pw": 1.5, "c": 2.0}

@@ -220,8 +220,9 @@ def _data_source(model: Model, s: Step) -> tuple[str, str]:
 FUSE_DW_PROJECT = True
 # Planes with fewer rows run as two kernels: fused, MobileNet-v2's 14x14 and 7x7 pairs took
 # 1.11-1.18x the two kernels' time alone (the 1x1 conv's weights pass once per row block,
-# and fewer, taller blocks leave a thread idle), its 56x56 and 28x28 ones 0.99-1.02x; fusing
-# all pairs took 0.97-1.00x the time end to end, only these 1.01-1.03x (benchmarks/README.md, session 18).
+# and fewer, taller blocks leave a thread idle), its 56x56 and 28x28 ones 0.99-1.02x. End to
+# end, fusing every pair took 1.00-1.03x the unfused plan's time, fusing these 0.97-0.99x
+# (calm host; benchmarks/README.md, session 18).
 MIN_FUSED_ROWS = 28
 
 
@@ -258,9 +259,10 @@ def _depthwise_projections(model: Model, steps: list[Step], layers: dict, transf
 def _feeders(model: Model, steps: list[Step], fused_with: dict[str, Step]) -> set[str]:
     """The convs writing what a fused depthwise conv reads: their work items go rows first too,
     so that each core computes the rows that it reads next (the fused kernel's bands are rows).
-    Taken with the fusion: MobileNet-v2 with every pair fused and its feeders rows first took
-    0.84x the time of the unfused plan in a slow phase of the host, and 0.98-0.99x in a calm
-    one; with the fusion as it is, feeders or not, 1.01-1.03x (benchmarks/README.md, session 18)."""
+    MobileNet-v2 with every pair fused took 1.00-1.03x the unfused plan's time with its
+    feeders as they were, and with them rows first 0.84x in a slow phase of the host, 1.02x
+    in a calm one; fusing the 28-row planes and up, 0.97-0.99x with or without (calm host;
+    benchmarks/README.md, session 18)."""
     writer = {s.output: s.ops[0] for s in steps if s.kind == "conv"}
     return {writer[i] for d in fused_with.values() if (i := model.op(d.ops[0]).inputs[0]) in writer}
 
@@ -453,17 +455,29 @@ def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
     from kernels.workload import Conv2DWorkload
 
     (n, inp), units = x.shape, op.attrs["units"]
-
-    def block(c: int) -> int:
-        return max(d for d in (1, 2, 4, 8, 16) if c % d == 0)
-
     w = Conv2DWorkload((n, inp, 1, 1), (units, inp, 1, 1))
-    config = Conv2DConfig(ic_bn=block(inp), oc_bn=block(units), ow_bn=1)
+    config = Conv2DConfig(*_dense_blocks(inp, units), ow_bn=1)
     bias = p.get("bias")
     kernel = build_conv2d(w, config, bias=bias is not None)
     weight = pack_weight(np.asarray(p["weight"], np.float32).reshape(units, inp, 1, 1), config.ic_bn, config.oc_bn)
     return kernel.bind(x.reshape(kernel.input_shape), weight, out.reshape(kernel.output_shape),
                        bias=None if bias is None else np.asarray(bias, np.float32))
+
+
+def _dense_blocks(inp: int, units: int) -> tuple[int, int]:
+    """``(ic_bn, oc_bn)`` of a dense layer's kernel: input blocks of up to 64, output blocks as
+    wide as a multiple of 8 dividing ``units`` allows, up to 256 (13-16 vector accumulators):
+    at batch 1 a dense is a matrix-vector product, and each item streams its block's weights
+    once. The 1000-class layers after 512, 1280 and 2048 features ran 0.024, 0.060 and 0.088 ms
+    with 200-wide blocks, 0.070, 0.099 and 0.28 with the 8-wide ones taken before, where
+    onnxruntime's took 0.036, 0.086 and 0.118 (session 18, benchmarks/ops_vs_runtimes.py).
+
+    >>> _dense_blocks(1280, 1000), _dense_blocks(512, 10), _dense_blocks(100, 1024)
+    ((64, 200), (64, 2), (4, 256))
+    """
+    wide = [d for d in range(8, 257, 8) if units % d == 0]
+    oc = max(wide) if wide else max(d for d in (1, 2, 4, 8, 16) if units % d == 0)
+    return max(d for d in (1, 2, 4, 8, 16, 32, 64) if inp % d == 0), oc
 
 
 def _elementwise_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
