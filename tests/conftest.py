@@ -48,3 +48,15 @@ def tiny_onnx(tmp_path):
     from tiny_model import write_tiny_onnx
 
     return write_tiny_onnx(tmp_path / "tiny.onnx")
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Kernels generated for 2 threads (their text depends on it: rows per work item), none
+    cached from another count."""
+    from kernels.jit import clear_kernel_caches
+
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")
+    clear_kernel_caches()
+    yield
+    clear_kernel_caches()

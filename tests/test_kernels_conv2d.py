@@ -336,15 +336,6 @@ def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
     run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
 
 
-@pytest.fixture
-def two_threads(monkeypatch):
-    """Kernels generated for 2 threads (their text depends on it), none cached from another count."""
-    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")
-    clear_kernel_caches()
-    yield
-    clear_kernel_caches()
-
-
 @pytest.mark.parametrize("shape,cfg,nthreads", [
     ((1, 64, 14, 14), Conv2DConfig(16, 16, 7), 2),  # 4 channel blocks, a claim of 4 items per row
     ((1, 48, 14, 9), Conv2DConfig(16, 8, 4, oh_bn=2), None),  # 2-row tiles, 7 row tiles, a tail column tile

@@ -4,18 +4,8 @@ import pytest
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.dw_project import build_dw_project, dw_project_ir, fusable
-from kernels.jit import clear_kernel_caches
 from kernels.packing import from_blocked, pack_depthwise_weight, pack_weight, to_blocked
 from kernels.reference import activate, conv2d_nchw
-
-
-@pytest.fixture
-def two_threads(monkeypatch):
-    """Kernels generated for 2 threads (the 1x1 conv's row blocks depend on it), none cached from another count."""
-    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")
-    clear_kernel_caches()
-    yield
-    clear_kernel_caches()
 
 
 def _pair(shape, stride, out_channels, dw_block, pw_config):
