@@ -144,10 +144,10 @@ class InNetworkTimer:
                 ratios.setdefault(name, []).append(ratio)
         return {name: float(np.median(r)) for name, r in ratios.items()}
 
-    def _rounds(self, prog, plan) -> Iterator[dict[str, tuple[float, float]]]:
-        """Per round, ``{name: (in-network ms, alone ms)}`` for every name re-timed: the
-        in-network time is its step's mean in the profiles taken just before and just after
-        its re-timing (a step running several layers, :func:`_run_by`, stands for each)."""
+    def _rounds(self, prog, plan) -> Iterator[dict[str, list[tuple[float, float]]]]:
+        """Per round, ``{name: [(in-network ms, alone ms), ...]}``, one pair per re-timing of
+        the name: the in-network time is its step's mean in the profiles taken just before and
+        just after that re-timing (a step running several layers, :func:`_run_by`, stands for each)."""
         clock = time.perf_counter
         run_by = _run_by(prog, plan)
 
@@ -170,7 +170,7 @@ class InNetworkTimer:
                 for names, alone in pending:
                     for name in names:
                         step = run_by.get(name, name)
-                        timed[name] = ((before[step] + after[step]) / 2, alone)
+                        timed.setdefault(name, []).append(((before[step] + after[step]) / 2, alone))
                 before, pending, started = after, [], clock()
             yield timed
 
@@ -182,17 +182,17 @@ def _run_by(prog, plan) -> dict[str, str]:
     return {op: s.name for s in prog.steps for op in s.ops if op in layers and op != s.name}
 
 
-def _step_ratios(timed: dict[str, tuple[float, float]], run_by: dict[str, str]) -> dict[str, float]:
-    """In-network / alone per name; the layers of one step share their step's: its time over
-    the sum of theirs alone. (A step timed at 0 alone, none is, would have no ratio, and
-    calibration would stop on it: it runs as alone.)"""
+def _step_ratios(timed: dict[str, list[tuple[float, float]]], run_by: dict[str, str]) -> dict[str, float]:
+    """In-network / alone per name (means over its re-timings); the layers of one step share
+    their step's: its time over the sum of theirs alone. (A step timed at 0 alone, none is,
+    would have no ratio, and calibration would stop on it: it runs as alone.)"""
     steps: dict[str, list[str]] = {}
     for name in timed:
         steps.setdefault(run_by.get(name, name), []).append(name)
     out = {}
     for names in steps.values():
-        alone = sum(timed[n][1] for n in names)
-        ratio = float(np.mean([timed[n][0] for n in names])) / alone if alone > 0 else 1.0
+        net, alone = (np.mean([[p[i] for p in timed[n]] for n in names], axis=1) for i in (0, 1))
+        ratio = float(np.mean(net) / alone.sum()) if alone.sum() > 0 else 1.0
         out.update(dict.fromkeys(names, ratio))
     return out
 

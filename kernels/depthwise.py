@@ -63,7 +63,8 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     chunks = vector_chunks(bn, lanes)
     intr = IntrinsicSet()
 
-    f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
+    # Its own metadata range: kernels.dw_project puts it in one module with a conv2d kernel.
+    f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind", md_base=500_000)
     n, cb, oh = decompose(f, "%item", [N, CB, OH])
     data, weight, out = arg_ptr(f, 0), arg_ptr(f, 1), arg_ptr(f, 2)
     bias_p = arg_ptr(f, 3) if bias else None

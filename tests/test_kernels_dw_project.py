@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from kernels import Conv2DConfig, Conv2DWorkload
+from kernels.conv2d import conv_context
 from kernels.dw_project import build_dw_project, dw_project_ir, fusable
+from kernels.jit import clear_kernel_caches
 from kernels.packing import from_blocked, pack_depthwise_weight, pack_weight, to_blocked
 from kernels.reference import activate, conv2d_nchw
 
@@ -15,15 +17,42 @@ def _pair(shape, stride, out_channels, dw_block, pw_config):
     return dw, Conv2DConfig(dw_block, dw_block, 4), pw, pw_config
 
 
-@pytest.mark.parametrize("shape,stride,oc,dw_block,pw_config,nthreads", [
-    ((1, 32, 14, 14), 1, 16, 16, Conv2DConfig(16, 8, 7), 2),  # rows joined in the 1x1 conv's items
-    ((1, 48, 28, 28), 2, 32, 16, Conv2DConfig(16, 16, 5, oh_bn=2), 2),  # stride 2, 2-row tiles with a tail
-    ((2, 16, 13, 11), 1, 24, 8, Conv2DConfig(8, 8, 4), 1),  # two images, odd sizes, one thread
-    ((1, 64, 16, 16), 1, 32, 16, Conv2DConfig(16, 16, 8), None),  # reduced in batches (kernels.conv2d.ic_batch)
+def _shape_of(dw, pw, pw_config) -> set[str]:
+    """What a case makes the driver handle (kernels.conv2d.conv_context of the 1x1 conv)."""
+    c = conv_context(pw, pw_config, name="x", lanes=16, rows_first=True, bias=False, residual=False,
+                     activation=None, affine_out=False, affine_activation=None)
+    joined = dw.out_height // c.OH
+    got = {"joined"} if joined > 1 else set()
+    got |= {"block tail"} if dw.out_height % (c.G * joined) else set()
+    got |= {"tile tail"} if c.OH % c.ohb else set()
+    got |= {"batches"} if c.batches > 1 else set()
+    return got | ({"images"} if dw.data_shape[0] > 1 else set())
+
+
+@pytest.mark.parametrize("threads,shape,stride,oc,dw_block,pw_config,cases", [
+    (2, (1, 16, 56, 56), 1, 32, 16, Conv2DConfig(16, 16, 8), {"joined"}),
+    (2, (2, 16, 64, 64), 1, 32, 16, Conv2DConfig(16, 16, 8), {"joined", "images"}),
+    (1, (1, 8, 58, 30), 1, 16, 8, Conv2DConfig(8, 8, 6), {"joined", "block tail"}),
+    (2, (1, 16, 40, 20), 1, 32, 16, Conv2DConfig(16, 16, 5, oh_bn=3), {"block tail", "tile tail"}),
+    (2, (1, 576, 28, 28), 1, 32, 16, Conv2DConfig(16, 16, 7), {"batches"}),
+    (2, (1, 48, 28, 28), 2, 32, 16, Conv2DConfig(16, 16, 5, oh_bn=2), set()),  # stride 2, 2-row tiles
+    (1, (2, 16, 13, 11), 1, 24, 8, Conv2DConfig(8, 8, 4), {"images"}),  # odd sizes
 ])
-def test_fused_kernel_matches_the_reference(two_threads, shape, stride, oc, dw_block, pw_config, nthreads):
+def test_fused_kernel_matches_the_reference(monkeypatch, threads, shape, stride, oc, dw_block, pw_config, cases):
+    """Every depthwise row a 1x1 conv item reads is computed first in its fused item, whatever
+    the row blocks: joined rows, a short last block, register-tile tails, batched reductions."""
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", str(threads))  # the 1x1 conv's row blocks depend on it
+    clear_kernel_caches()
+    try:
+        _run_and_compare(shape, stride, oc, dw_block, pw_config, cases, threads)
+    finally:
+        clear_kernel_caches()
+
+
+def _run_and_compare(shape, stride, oc, dw_block, pw_config, cases, threads):
     dw, dw_config, pw, pw_config = _pair(shape, stride, oc, dw_block, pw_config)
-    assert fusable(dw, dw_config, pw, pw_config, threads=2)
+    assert fusable(dw, dw_config, pw, pw_config, threads=threads)
+    assert cases <= _shape_of(dw, pw, pw_config)
     rng = np.random.default_rng(0)
     c = shape[1]
     x = rng.standard_normal(shape, dtype=np.float32)
@@ -37,7 +66,7 @@ def test_fused_kernel_matches_the_reference(two_threads, shape, stride, oc, dw_b
     out = np.full(k.pw.arg_shapes["out"], np.nan, np.float32)
     fn = k.bind(dict(data=to_blocked(x, dw_block), weight=pack_depthwise_weight(wd, dw_block), out=mid, bias=bd),
                 dict(data=mid, weight=pack_weight(wp, pw_config.ic_bn, pw_config.oc_bn), out=out, bias=bp,
-                     residual=to_blocked(res, pw_config.oc_bn)), nthreads=nthreads)
+                     residual=to_blocked(res, pw_config.oc_bn)))
     fn()
     d = activate(conv2d_nchw(x, wd, strides=dw.strides, padding=dw.padding, groups=c, bias=bd), "relu6")
     np.testing.assert_allclose(from_blocked(mid), d, rtol=1e-4, atol=1e-4)  # the depthwise output is kept too
@@ -45,7 +74,7 @@ def test_fused_kernel_matches_the_reference(two_threads, shape, stride, oc, dw_b
     np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-3)
 
 
-def test_only_a_1x1_conv_that_takes_rows_first_in_the_depthwise_block_fuses(two_threads):
+def test_only_a_1x1_conv_that_takes_rows_first_in_the_depthwise_block_fuses():
     dw, dw_config, pw, pw_config = _pair((1, 32, 14, 14), 1, 16, 16, Conv2DConfig(16, 8, 7))
     assert fusable(dw, dw_config, pw, pw_config, threads=2)
     assert not fusable(dw, dw_config, pw, Conv2DConfig(8, 8, 7), threads=2)  # reads another block

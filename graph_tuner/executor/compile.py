@@ -158,7 +158,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         reader, source = _data_source(model, s)
         return key(source, reads(reader, source))
 
-    rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key) | _feeders(model, steps, fused_with)
+    rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
 
@@ -221,7 +221,7 @@ FUSE_DW_PROJECT = True
 # Planes with fewer rows run as two kernels: fused, MobileNet-v2's 14x14 and 7x7 pairs took
 # 1.11-1.18x the two kernels' time alone (the 1x1 conv's weights pass once per row block,
 # and fewer, taller blocks leave a thread idle), its 56x56 and 28x28 ones 0.99-1.02x. End to
-# end, fusing every pair took 1.00-1.03x the unfused plan's time, fusing these 0.97-0.99x
+# end, fusing every pair took 1.00-1.03x the unfused plan's time, fusing these 0.97-1.00x
 # (calm host; benchmarks/README.md, session 18).
 MIN_FUSED_ROWS = 28
 
@@ -256,17 +256,6 @@ def _depthwise_projections(model: Model, steps: list[Step], layers: dict, transf
     return out
 
 
-def _feeders(model: Model, steps: list[Step], fused_with: dict[str, Step]) -> set[str]:
-    """The convs writing what a fused depthwise conv reads: their work items go rows first too,
-    so that each core computes the rows that it reads next (the fused kernel's bands are rows).
-    MobileNet-v2 with every pair fused took 1.00-1.03x the unfused plan's time with its
-    feeders as they were, and with them rows first 0.84x in a slow phase of the host, 1.02x
-    in a calm one; fusing the 28-row planes and up, 0.97-0.99x with or without (calm host;
-    benchmarks/README.md, session 18)."""
-    writer = {s.output: s.ops[0] for s in steps if s.kind == "conv"}
-    return {writer[i] for d in fused_with.values() if (i := model.op(d.ops[0]).inputs[0]) in writer}
-
-
 def _dw_project_step(model: Model, d: Step, p: Step, layers: dict, params, read, buffers: dict) -> ProgramStep:
     """A depthwise conv step and the 1x1 conv step reading its output (:func:`_depthwise_projections`)
     as one kernel, bound to both steps' buffers (the depthwise output keeps its own)."""
@@ -283,7 +272,8 @@ def _dw_project_step(model: Model, d: Step, p: Step, layers: dict, params, read,
 
 def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: dict, data_key) -> set[str]:
     """The dense convs whose input memory a depthwise conv writes next (in run order, on into
-    the next run; ``data_key(step)``: the buffer key a conv step reads its data from): their
+    the next run; ``data_key(step)``: the buffer key a conv step reads its data from; a
+    fused depthwise + 1x1 step counts as the depthwise conv, its writes banded by rows): their
     kernels take work items rows first (:func:`kernels.conv2d.takes_rows_first`), so that each
     input row is read by one core and the depthwise conv waits on fewer copies. MobileNet-v2
     took 0.95-0.99x the time so (benchmarks/README.md, session 17)."""
@@ -464,18 +454,22 @@ def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
                        bias=None if bias is None else np.asarray(bias, np.float32))
 
 
-def _dense_blocks(inp: int, units: int) -> tuple[int, int]:
+def _dense_blocks(inp: int, units: int, lanes: int | None = None) -> tuple[int, int]:
     """``(ic_bn, oc_bn)`` of a dense layer's kernel: input blocks of up to 64, output blocks as
-    wide as a multiple of 8 dividing ``units`` allows, up to 256 (13-16 vector accumulators):
-    at batch 1 a dense is a matrix-vector product, and each item streams its block's weights
-    once. The 1000-class layers after 512, 1280 and 2048 features ran 0.024, 0.060 and 0.088 ms
-    with 200-wide blocks, 0.070, 0.099 and 0.28 with the 8-wide ones taken before, where
-    onnxruntime's took 0.036, 0.086 and 0.118 (session 18, benchmarks/ops_vs_runtimes.py).
+    wide as a multiple of 8 dividing ``units`` allows, up to 16 vectors of ``lanes`` floats
+    (the accumulators, one register each): at batch 1 a dense is a matrix-vector product, and
+    each item streams its block's weights once. On the Zen 4 EPYC (16 lanes) the 1000-class
+    layers after 512, 1280 and 2048 features ran 0.024, 0.060 and 0.088 ms with 200-wide
+    blocks, 0.071, 0.100 and 0.28 with the 8-wide ones taken before, where onnxruntime's took
+    0.036, 0.086 and 0.118 (benchmarks/README.md, session 18). Not measured with 8 lanes.
 
-    >>> _dense_blocks(1280, 1000), _dense_blocks(512, 10), _dense_blocks(100, 1024)
-    ((64, 200), (64, 2), (4, 256))
+    >>> _dense_blocks(1280, 1000, 16), _dense_blocks(1280, 1000, 8), _dense_blocks(512, 10, 16)
+    ((64, 200), (64, 40), (64, 2))
     """
-    wide = [d for d in range(8, 257, 8) if units % d == 0]
+    from kernels.jit import host_cpu
+
+    top = 16 * (lanes or host_cpu().lanes)
+    wide = [d for d in range(8, top + 1, 8) if units % d == 0]
     oc = max(wide) if wide else max(d for d in (1, 2, 4, 8, 16) if units % d == 0)
     return max(d for d in (1, 2, 4, 8, 16, 32, 64) if inp % d == 0), oc
 
