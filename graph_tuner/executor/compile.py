@@ -221,8 +221,8 @@ FUSE_DW_PROJECT = True
 # Planes with fewer rows run as two kernels: fused, MobileNet-v2's 14x14 and 7x7 pairs took
 # 1.11-1.18x the two kernels' time alone (the 1x1 conv's weights pass once per row block,
 # and fewer, taller blocks leave a thread idle), its 56x56 and 28x28 ones 0.99-1.02x. End to
-# end, fusing every pair took 1.00-1.03x the unfused plan's time, fusing these 0.97-1.00x
-# (calm host; benchmarks/README.md, session 18).
+# end, fusing every pair took 1.00-1.03x the unfused plan's time in calm phases of the host,
+# fusing these 0.97-1.02x, and 0.91x in a slow phase (benchmarks/README.md, session 18).
 MIN_FUSED_ROWS = 28
 
 
