@@ -139,17 +139,17 @@ class InNetworkTimer:
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         ratios: dict[str, list[float]] = {}
-        for timed in self._rounds(prog, plan):
-            for name, ratio in _step_ratios(timed, _run_by(prog, plan)).items():
+        run_by = _run_by(prog, plan)
+        for timed in self._rounds(prog, plan, run_by):
+            for name, ratio in _step_ratios(timed, run_by).items():
                 ratios.setdefault(name, []).append(ratio)
         return {name: float(np.median(r)) for name, r in ratios.items()}
 
-    def _rounds(self, prog, plan) -> Iterator[dict[str, list[tuple[float, float]]]]:
+    def _rounds(self, prog, plan, run_by: dict[str, str]) -> Iterator[dict[str, list[tuple[float, float]]]]:
         """Per round, ``{name: [(in-network ms, alone ms), ...]}``, one pair per re-timing of
         the name: the in-network time is its step's mean in the profiles taken just before and
         just after that re-timing (a step running several layers, :func:`_run_by`, stands for each)."""
         clock = time.perf_counter
-        run_by = _run_by(prog, plan)
 
         def profile() -> tuple[dict[str, float], float]:
             t0 = clock()
@@ -191,9 +191,9 @@ def _step_ratios(timed: dict[str, list[tuple[float, float]]], run_by: dict[str, 
         steps.setdefault(run_by.get(name, name), []).append(name)
     out = {}
     for names in steps.values():
-        net, alone = (np.mean([[p[i] for p in timed[n]] for n in names], axis=1) for i in (0, 1))
-        ratio = float(np.mean(net) / alone.sum()) if alone.sum() > 0 else 1.0
-        out.update(dict.fromkeys(names, ratio))
+        net = np.mean([np.mean([t[0] for t in timed[n]]) for n in names])
+        alone = sum(np.mean([t[1] for t in timed[n]]) for n in names)
+        out.update(dict.fromkeys(names, float(net / alone) if alone > 0 else 1.0))
     return out
 
 

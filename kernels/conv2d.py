@@ -178,7 +178,8 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     a 7x7 projection with 4 for 2 threads took +0.016 ms), and as a rule for all 1x1 convs
     it cost ResNet-50 and DenseNet-121 1% (benchmarks/README.md, session 17). So the
     executor asks for it only where a depthwise conv writes next over the conv's input
-    (:mod:`graph_tuner.executor.compile`); the tuner times the other order.
+    (:mod:`graph_tuner.executor.compile`), and the 1x1 conv fused with a depthwise conv runs
+    its items so (:mod:`kernels.dw_project`); the tuner times the other order.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
     >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]
@@ -878,7 +879,7 @@ class Conv2DKernel(Kernel):
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
                        prologue_activation=prologue_activation, rows_first=rows_first)
-        self.rows_first = "; items rows first" in ir  # as generated (work_item_ir)
+        self.rows_first = takes_rows_first(workload, config, rows_first)  # as generated
         t, l, b, r = workload.padding
         scratch = []
         if pads_by_copy(workload, config):

@@ -57,9 +57,9 @@ def fusable(dw: Conv2DWorkload, dw_config: Conv2DConfig, pw: Conv2DWorkload, pw_
 
 
 def dw_project_ir(dw: Conv2DWorkload, dw_config: Conv2DConfig, dw_epilogue: dict, pw: Conv2DWorkload,
-                  pw_config: Conv2DConfig, pw_epilogue: dict, name: str = "dwpw") -> tuple[str, int]:
-    """``(IR text, work items)`` of ``void @name(ptr args, i32 nthreads)``; ``args`` holds two
-    pointers, the depthwise kernel's argument block and the 1x1 conv's."""
+                  pw_config: Conv2DConfig, pw_epilogue: dict, name: str = "dwpw") -> str:
+    """IR text of ``void @name(ptr args, i32 nthreads)``; ``args`` holds two pointers, the
+    depthwise kernel's argument block and the 1x1 conv's."""
     if not fusable(dw, dw_config, pw, pw_config):
         raise ValueError(f"cannot fuse {dw} ({dw_config}) with {pw} ({pw_config})")
     lanes = host_cpu().lanes
@@ -86,8 +86,7 @@ def dw_project_ir(dw: Conv2DWorkload, dw_config: Conv2DConfig, dw_epilogue: dict
         # channel block 0, whose weights the last item then prefetches (only the block counts).
         f.emit(f"call void @{name}_pw_item(ptr {pw_args}, i64 {j}, i64 {f.add(j, 1)})")
     f.emit("ret void")
-    items = N * c.NB
-    return declare_once(text + f.text() + parallel_entry_ir(name, [(f"{name}_item", items)])), items
+    return declare_once(text + f.text() + parallel_entry_ir(name, [(f"{name}_item", N * c.NB)]))
 
 
 class DwProjectKernel:
@@ -98,9 +97,7 @@ class DwProjectKernel:
 
     def __init__(self, dw: Conv2DWorkload, dw_config: Conv2DConfig, dw_epilogue: dict, pw: Conv2DWorkload,
                  pw_config: Conv2DConfig, pw_epilogue: dict):
-        dw_epilogue = depthwise_epilogue(dw, dw_epilogue)
-        text, self.items = dw_project_ir(dw, dw_config, dw_epilogue, pw, pw_config, pw_epilogue)
-        self._module = compile_ir(text)
+        self._module = compile_ir(dw_project_ir(dw, dw_config, dw_epilogue, pw, pw_config, pw_epilogue))
         flags = {k: bool(pw_epilogue.get(k)) for k in ("bias", "residual", "affine_out", "prologue")}
         # Each part's entry point checks and packs its own arguments (the conv's ends with its unused scratch slot).
         self.dw = Kernel(self._module, "dwpw_dw", depthwise_arg_shapes(

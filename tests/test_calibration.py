@@ -211,7 +211,7 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
     host.update(speed=1.0, profiles=[1.0, 3.0])  # the 2nd profile (after the first pair) runs 3x slow
     from graph_tuner.executor import compile_model
 
-    (timed,) = InNetworkTimer(model, rounds=1)._rounds(compile_model(model, plan), plan)
+    (timed,) = InNetworkTimer(model, rounds=1)._rounds(compile_model(model, plan), plan, {})
     # Both pairs of re-timings: the mean of 3 and 9 (the profiles around them) over 1.5.
     assert [net / alone for pairs in timed.values() for net, alone in pairs] == pytest.approx([4.0] * 4)
     host.update(profiles=[1.0, 3.0])

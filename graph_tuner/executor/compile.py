@@ -240,19 +240,18 @@ def _depthwise_projections(model: Model, steps: list[Step], layers: dict, transf
         w = model.workload(model.op(s.ops[0]))
         return lc, w, not runs_winograd(w, getattr(lc.candidate.record, "workload", None))
 
-    run = [s for s in steps if not s.fused]
+    run, own = [s for s in steps if not s.fused], transformed | kept  # outputs read by more than the next conv
     out = {}
     for d, p in zip(run, run[1:]):
-        if d.kind != "conv" or p.kind != "conv" or d.affine or p.prologue or d.output in transformed | kept:
+        if d.kind != "conv" or p.kind != "conv" or d.affine or p.prologue or d.output in own:
             continue
         if [c.name for c in model.consumers(d.output)] != [p.ops[0]] or _data_source(model, p) != (p.ops[0], d.output):
             continue
         (ld, wd, direct_d), (lp, wp, direct_p) = layer(d), layer(p)
         if wd.out_height < MIN_FUSED_ROWS:
             continue
-        if direct_d and direct_p and ld.out_block == lp.in_block and fusable(wd, ld.candidate.config, wp,
-                                                                             lp.candidate.config):
-            out[p.ops[0]] = d
+        if direct_d and direct_p and fusable(wd, ld.candidate.config, wp, lp.candidate.config):
+            out[p.ops[0]] = d  # (a config's blocks are its layer's: checked when its step is built)
     return out
 
 
