@@ -16,7 +16,7 @@ import warnings
 from typing import Callable, Iterable, Mapping
 
 from graph_tuner import candidates as cand
-from graph_tuner.calibration import InNetworkCosts
+from graph_tuner.calibration import InNetworkCosts, restricted
 from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
@@ -169,8 +169,8 @@ class GraphTuner:
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
 
-        def best(costs: InNetworkCosts) -> Plan:
-            return select_measuring(self.flow, costs.candidates(self.candidates),
+        def best(costs: InNetworkCosts, only: Mapping | None = None) -> Plan:
+            return select_measuring(self.flow, costs.candidates(restricted(self.candidates, only)),
                                     costs.transform_costs(self.transforms.seconds), measurer, self._blocks(),
                                     method=solver, time_limit=time_limit,
                                     estimated=self.transforms.estimated, step_ms=costs.step_costs(self.step_ms),

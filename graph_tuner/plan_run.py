@@ -116,7 +116,7 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
 
 class InNetworkTimer:
     """How much slower each step of a plan runs in the network than alone:
-    ``timer(plan)`` -> profile step name -> in-network / alone ratio.
+    ``timer(plan)`` -> profile step name -> (in-network / alone ratio, alone ms).
 
     Each of ``rounds`` rounds re-times the plan's steps alone (:func:`iter_retimed`, the
     tuner's own protocol) with profiles of the whole program (:meth:`Program.profile`) in
@@ -133,17 +133,20 @@ class InNetworkTimer:
     def __init__(self, model, params: dict | None = None, *, rounds: int = 3, repeat: int = 10):
         self.model, self.params, self.rounds, self.repeat = model, params, rounds, repeat
 
-    def __call__(self, plan) -> dict[str, float]:
+    def __call__(self, plan) -> dict[str, tuple[float, float]]:
+        """``{profile step name: (in-network / alone ratio, alone ms)}``, each the median over rounds."""
         from graph_tuner.executor import compile_model
 
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         ratios: dict[str, list[float]] = {}
+        alone: dict[str, list[float]] = {}
         run_by = _run_by(prog, plan)
         for timed in self._rounds(prog, plan, run_by):
             for name, ratio in _step_ratios(timed, run_by).items():
                 ratios.setdefault(name, []).append(ratio)
-        return {name: float(np.median(r)) for name, r in ratios.items()}
+                alone.setdefault(name, []).append(float(np.mean([t[1] for t in timed[name]])))
+        return {name: (float(np.median(r)), float(np.median(alone[name]))) for name, r in ratios.items()}
 
     def _rounds(self, prog, plan, run_by: dict[str, str]) -> Iterator[dict[str, list[tuple[float, float]]]]:
         """Per round, ``{name: [(in-network ms, alone ms), ...]}``, one pair per re-timing of
