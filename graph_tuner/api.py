@@ -16,7 +16,7 @@ import warnings
 from typing import Callable, Iterable, Mapping
 
 from graph_tuner import candidates as cand
-from graph_tuner.calibration import InNetworkCosts, restricted
+from graph_tuner.calibration import InNetworkCosts, choices, restricted
 from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
@@ -61,6 +61,7 @@ class GraphTuner:
         self.log = read_records(records, skip_bad_lines=skip_bad_lines)
         self.transforms = TransformCosts()
         self.step_ms: dict[str, dict[int, float]] | None = None  # the other steps' costs (benchmark_steps)
+        self.network = InNetworkCosts()  # the log's in-network ratios for this model (tune --calibrate)
         self.warnings: list[str] = list(getattr(self.log, "warnings", []))
         self.convs = self.model.convs()
         self.workloads = [self.model.workload(op) for op in self.convs]
@@ -81,6 +82,7 @@ class GraphTuner:
             self.all_candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
             self.candidates = {name: cs[:top_k] for name, cs in self.all_candidates.items()}
             self.load_transform_records(self.log)
+            self.network = InNetworkCosts.from_records(self.log.network, self.model.name)
             self.warnings += _foreign_cpu_warnings(self.log, records)
 
     # -- transform costs -------------------------------------------------------------
@@ -186,7 +188,7 @@ class GraphTuner:
                                         costs=costs)
             plan.notes.append(cal.note)
         else:
-            plan = best(costs)
+            plan, costs = self._in_network(best(costs), best)
         while True:
             known = len(self.transforms.seconds)
             plan.baselines_ms = {}
@@ -200,13 +202,42 @@ class GraphTuner:
             # measures nothing. A calibrated plan keeps the costs it was calibrated with.
             if calibrate or len(self.transforms.seconds) == known:
                 break
-            plan = best(costs)
+            plan, costs = self._in_network(best(InNetworkCosts()), best)
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
                 f"default plan n/a: some layer has no record at AutoTVM's default layouts "
                 f"(blocks of at most {cand.simd_lanes()} channels, the SIMD width)"
             )
         return plan
+
+    def _in_network(self, plan: Plan, best: Callable) -> tuple[Plan, InNetworkCosts]:
+        """``plan`` (solved with the times taken alone) costed with the log's in-network ratios
+        (``tune --calibrate``) where they cover every step of it, and the costs it was costed
+        with. The choice stays the alone-timed one: calibration kept it on the bench models
+        (benchmarks/README.md, session 19); the costs become what the network pays."""
+        if not self.network:
+            return plan, InNetworkCosts()
+        costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers})
+        if self.network.unmeasured(costed) or choices(costed) != choices(plan):
+            plan.notes.append("the log's in-network ratios (tune --calibrate) do not cover this plan: its costs are "
+                              "times taken alone")
+            return plan, InNetworkCosts()
+        costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) cover every step; "
+                            f"taken alone, the plan costs {plan.cost:.3f} ms")
+        return costed, self.network
+
+    def network_records(self, plan: Plan) -> list[dict]:
+        """``plan``'s in-network ratios over this log's alone times, as records to append to
+        the log (:func:`graph_tuner.records.make_network_record`): ``tune --calibrate``."""
+        from graph_tuner.calibration import plan_ratios
+        from graph_tuner.records import make_network_record
+
+        conv_s = {(name, c.config): c.time for name, cs in self.all_candidates.items() for c in cs}
+        ratios = plan_ratios(plan, conv_s, self.step_ms, self.transforms.seconds)
+        rows = ([("conv", layer, config, r) for (layer, config), r in ratios.convs.items()]
+                + [("step", step, block, r) for (step, block), r in ratios.steps.items()]
+                + [("transform", "", key, r) for key, r in ratios.transforms.items()])
+        return [make_network_record(self.model.name, kind, name, key, r, self.target) for kind, name, key, r in rows]
 
     # -- helpers ---------------------------------------------------------------------
     def _blocks(self) -> list[int]:

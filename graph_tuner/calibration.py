@@ -67,6 +67,20 @@ class InNetworkCosts:
     # log's time is stale, this one, not the log's, is what the ratio multiplies (:meth:`candidates`).
     alone: dict[tuple[str, object], float] = field(default_factory=dict)
 
+    @classmethod
+    def from_records(cls, records, model: str) -> "InNetworkCosts":
+        """The ratios a log's in-network records (:class:`graph_tuner.records.NetworkRecord`)
+        give ``model``'s steps (a later record of one step replaces an earlier one)."""
+        out = cls()
+        for r in records:
+            if r.model == model:
+                group = {"conv": out.convs, "step": out.steps, "transform": out.transforms}[r.kind]
+                group[r.key if r.kind == "transform" else (r.name, r.key)] = r.time
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.convs or self.steps or self.transforms)
+
     def known_conv(self, layer: str, config) -> bool:
         return (layer, config) in self.convs
 
@@ -143,6 +157,36 @@ class InNetworkCosts:
             alone = {k: t for k, t in seconds.items() if k[0] == shape}
             out.update(rescaled(alone, {k: r for k, r in self.transforms.items() if k[0] == shape}))
         return out
+
+
+def plan_ratios(plan: Plan, conv_s: Mapping[tuple[str, object], float],
+                step_ms: Mapping[str, Mapping[int, float]] | None,
+                transform_s: Mapping[TransformKey, float]) -> InNetworkCosts:
+    """``plan``'s costs over the times taken alone, step by step: ``conv_s`` (layer, config)
+    -> seconds (the log's), ``step_ms`` step -> block -> ms (the step benchmark's),
+    ``transform_s`` key -> seconds. Each ratio turns a time taken alone into what ``plan``
+    says the network pays: what ``graph-tuner tune --calibrate`` writes into the log.
+
+    >>> from graph_tuner.plan import StepChoice
+    >>> plan = Plan("m", "llvm", [], [], {}, "dp", True, None, 0.0, steps=[StepChoice("pool", 16, 3.0)])
+    >>> plan_ratios(plan, {}, {"pool": {16: 2.0}}, {}).steps
+    {('pool', 16): 1.5}
+    """
+    def ratio(ms: float, alone_ms: float | None) -> float:
+        return ms / alone_ms if alone_ms else 1.0
+
+    out = InNetworkCosts()
+    for lc in plan.layers:
+        alone = conv_s.get((lc.name, lc.candidate.config))
+        out.convs[(lc.name, lc.candidate.config)] = ratio(lc.time_ms, alone * 1e3 if alone else None)
+    for c in plan.steps:
+        out.steps[(c.name, c.block)] = ratio(c.time_ms, (step_ms or {}).get(c.name, {}).get(c.block))
+    by_key: dict[TransformKey, list[float]] = {}
+    for t in plan.transforms:
+        alone = transform_s.get(t.key)
+        by_key.setdefault(t.key, []).append(ratio(t.time_ms, alone * 1e3 if alone else None))
+    out.transforms = {k: sum(v) / len(v) for k, v in by_key.items()}
+    return out
 
 
 def rescaled(alone: Mapping, ratios: Mapping) -> dict:

@@ -73,6 +73,8 @@ CUDA_CONV2D_TASKS = frozenset({
 CONV2D_TASKS = X86_TASKS | CUDA_CONV2D_TASKS
 DEPTHWISE_TASKS = frozenset(t for t in CONV2D_TASKS if "depthwise" in t)
 LAYOUT_TRANSFORM_TASK = "layout_transform"
+IN_NETWORK_TASK = "graph_tuner_in_network"  # graph-tuner's own: a step's in-network / alone ratio
+IN_NETWORK_KINDS = ("conv", "step", "transform")
 
 # What we write: TVM >= 0.7's record format and task names. The version string names the
 # TVM whose conv2d_NCHWc.x86 index space (kernels.config_space, "verbose" tile_ow) we match.
@@ -138,11 +140,32 @@ class TransformRecord(_Measured):
 
 
 @dataclass
+class NetworkRecord(_Measured):
+    """How much slower than alone (the log's time) one step of ``model`` ran in the network
+    (``graph-tuner tune --calibrate``): ``costs`` holds that ratio, not seconds. ``kind``
+    ``"conv"``: layer ``name`` at config ``key`` (a ``Conv2DConfig``); ``"step"``: another
+    step ``name`` in block ``key``; ``"transform"``: ``key`` a transform's
+    ``(NCHW shape, src block, dst block)``."""
+
+    target: str
+    model: str
+    kind: str
+    name: str
+    key: Any
+    costs: tuple[float, ...]
+    error_no: int
+    version: float
+    source: str = field(default="", compare=False)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass
 class RecordLog:
     """What :func:`read_records` found: usable records plus counts of what it skipped."""
 
     records: list[Record] = field(default_factory=list)
     transforms: list[TransformRecord] = field(default_factory=list)
+    network: list[NetworkRecord] = field(default_factory=list)
     skipped_bad: int = 0  # malformed lines/records (only with skip_bad_lines=True)
     skipped_error: int = 0  # measurements with error_no != 0
     unknown_tasks: Counter = field(default_factory=Counter)  # task name -> records skipped
@@ -162,6 +185,8 @@ class RecordLog:
         'read 1 records: 0 conv records, 1 layout transforms'
         """
         parts = [f"{len(self.records)} conv records", f"{len(self.transforms)} layout transforms"]
+        if self.network:
+            parts.append(f"{len(self.network)} in-network ratios")
         skipped = []
         if self.skipped_error:
             skipped.append(f"{self.skipped_error} failed measurements (error_no != 0)")
@@ -338,6 +363,8 @@ def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
         env["costs"] = checks.measured_costs(env["costs"])
         if env["task"] == LAYOUT_TRANSFORM_TASK:
             log.transforms.append(_transform(env, obj, where))
+        elif env["task"] == IN_NETWORK_TASK:
+            log.network.append(_network(env, obj, where))
         elif env["task"] not in CONV2D_TASKS:
             log.unknown_tasks[env["task"]] += 1
         else:
@@ -463,6 +490,30 @@ def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
         costs=env["costs"], error_no=env["error_no"], version=env["version"], source=where,
         raw=dict(obj),
     )
+
+
+def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
+    args = env["args"]
+    if len(args) != 4 or not isinstance(args[0], str) or args[1] not in IN_NETWORK_KINDS or not isinstance(args[2], str):
+        raise checks.BadRecord(f"{IN_NETWORK_TASK} needs [model, kind ({'/'.join(IN_NETWORK_KINDS)}), name, detail] "
+                               f"arguments, got {show(args)}")
+    kind, detail = args[1], args[3]
+    if kind == "conv":
+        try:
+            from kernels.config_space import entity_config
+
+            key = entity_config(env["entity"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            raise checks.BadRecord(f"in-network conv ratio: config {show(env['entity'])} is not an x86 conv "
+                                   "config (tile_ic, tile_oc, tile_ow)") from None
+    elif kind == "step":
+        key = checks.integer(detail, "in-network step block", low=1, high=None)
+    else:
+        shape, src, dst = _fields(detail, 3, "in-network transform [shape, src block, dst block]")
+        key = (checks.tensor_shape(["TENSOR", shape, "float32"], "in-network transform"),
+               checks.integer(src, "src block", low=1, high=None), checks.integer(dst, "dst block", low=1, high=None))
+    return NetworkRecord(target=env["target"], model=args[0], kind=kind, name=args[2], key=key, costs=env["costs"],
+                         error_no=env["error_no"], version=env["version"], source=where, raw=dict(obj))
 
 
 # --- what a log holds, for appending to it (graph_tuner.tuning) ---------------------------
@@ -761,6 +812,28 @@ def make_transform_record(
     """
     args = [["TENSOR", [int(x) for x in shape], "float32"], src_layout, dst_layout]
     return _v02(target, LAYOUT_TRANSFORM_TASK, args, 0, [], cost, 0, 0.0, timestamp)
+
+
+def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float, target: str, *,
+                        timestamp: float | None = None) -> dict:
+    """A ``graph_tuner_in_network`` record (:class:`NetworkRecord`): ``ratio`` is the step's
+    in-network time over the log's alone time.
+
+    >>> d = make_network_record("net", "step", "pool0", 16, 1.8, "llvm", timestamp=0.0)
+    >>> n = read_records([d]).network[0]
+    >>> n.model, n.kind, n.name, n.key, n.time
+    ('net', 'step', 'pool0', 16, 1.8)
+    """
+    entity: list = []
+    detail: Any = None
+    if kind == "conv":
+        entity = [["tile_ic", "sp", [-1, key.ic_bn]], ["tile_oc", "sp", [-1, key.oc_bn]],
+                  ["tile_ow", "sp", [-1, key.ow_bn]], ["tile_oh", "ot", key.oh_bn], ["unroll_kw", "ot", key.unroll_kw]]
+    elif kind == "step":
+        detail = int(key)
+    else:
+        detail = [[int(x) for x in key[0]], int(key[1]), int(key[2])]
+    return _v02(target, IN_NETWORK_TASK, [model, kind, name, detail], 0, entity, ratio, 0, 0.0, timestamp)
 
 
 def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp) -> dict:

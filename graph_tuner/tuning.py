@@ -601,21 +601,53 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
-        target = host_target()
-        gt = GraphTuner(m, log_path, target=target, top_k=top_k, fallback=True, skip_bad_lines=True)
-        added = 0
-
-        def measure(keys: list) -> dict:
-            nonlocal added
-            got: dict = {}
-            added += append_transforms(log_path, keys, target, progress=False, measure=measure_transform,
-                                       on_time=got.__setitem__)
-            return got
-
+        gt = GraphTuner(m, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
+        measure, added = logging_measure(log_path, measure_transform)
         plan = gt.solve(measure=measure)
-        print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
+        print_fn(f"layout transforms: {added()} new records; the best plan and the baselines use "
                  f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
     return summaries
+
+
+def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | None = None) -> tuple[Callable, Callable]:
+    """A ``measure`` for :meth:`GraphTuner.solve` that appends each transform it times to the
+    log (:func:`append_transforms`), and a count of those appended so far."""
+    added = [0]
+
+    def measure(keys: list) -> dict:
+        got: dict = {}
+        added[0] += append_transforms(log_path, keys, host_target(), progress=False, measure=measure_transform,
+                                      on_time=got.__setitem__)
+        return got
+
+    return measure, lambda: added[0]
+
+
+def calibrate_log(model, log_path: str | os.PathLike, runs: int, *, top_k: int = 20, print_fn=lambda s: None) -> int:
+    """``tune --calibrate RUNS``: solve the log as ``solve`` does, run the plan here and
+    calibrate it (:func:`graph_tuner.calibration.calibrate`, at most ``runs`` runs), then
+    append each of the plan's steps' in-network / alone ratios to the log as a record
+    (:meth:`GraphTuner.network_records`), flushed. A later ``solve`` on the log costs the
+    plan with them, measuring nothing. Returns how many records were appended."""
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.loading import load_model
+    from graph_tuner.records import format_record
+
+    gt = GraphTuner(load_model(model), log_path, target=host_target(), top_k=top_k, skip_bad_lines=True)
+    gt.transforms.fill(gt.required_transforms(), cache=True, measure=False, progress=False)
+    gt.benchmark_steps()
+    measure, _ = logging_measure(log_path)
+    plan = gt.solve(measure=measure, calibrate=runs)
+    records = gt.network_records(plan)
+    with _open_log(prepare_log(log_path)) as log:
+        for rec in records:
+            log.write(format_record(rec) + "\n")
+        log.flush()
+    print_fn(next(n for n in plan.notes if "calibrat" in n))
+    print_fn(f"in-network ratios: {len(records)} records for the plan's {len(plan.layers)} convs, "
+             f"{len(plan.steps)} other steps and {len({t.key for t in plan.transforms})} transforms; "
+             f"the plan costs {plan.cost:.3f} ms in the network")
+    return len(records)
 
 
 def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:

@@ -371,3 +371,61 @@ def test_a_plan_with_a_fused_step_calibrates(monkeypatch, two_threads):
     ratios = InNetworkTimer(m, rounds=1, repeat=3)(plan)
     assert {"dw", "project", "expand"} <= set(ratios) and ratios["dw"][0] == ratios["project"][0] > 0
     assert all(alone > 0 for _, alone in ratios.values())
+
+
+def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, tmp_path, capsys, monkeypatch):
+    """`tune --calibrate` appends the plan's in-network ratios to the log; `solve` on the log
+    then picks the plan it picks with times taken alone, costed with those ratios (each conv
+    its log time x its ratio), measuring nothing; a log of another model's ratios is not used."""
+    from graph_tuner.calibration import choices
+    from graph_tuner.cli import main
+    from graph_tuner.loading import load_model
+    from graph_tuner.records import read_records
+
+    log = tmp_path / "tiny.log"
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
+    plain_log = log.read_bytes()
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress", "--calibrate", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated in the network" in out and "in-network ratios:" in out
+    assert log.read_bytes().startswith(plain_log)  # appended, nothing rewritten
+    network = read_records(log).network
+    model = load_model(tiny_onnx)
+    assert {r.kind for r in network} >= {"conv"} and {r.model for r in network} == {model.name}
+
+    alone = GraphTuner(model, plain_log.decode().splitlines())
+    costed = GraphTuner(model, log)
+    for gt in (alone, costed):
+        gt.benchmark_steps()
+        gt.transforms.fill(gt.required_transforms(), cache=False, measure=True, progress=False)
+    monkeypatch.setattr(costed.transforms, "fill", lambda *a, **k: pytest.fail("solve measured a transform"))
+    p0, p1 = alone.solve(), costed.solve()
+    assert choices(p0) == choices(p1) and any("costs in the network" in n for n in p1.notes)
+    ratio = {(r.name, r.key): r.time for r in network if r.kind == "conv"}
+    for a, b in zip(p0.layers, p1.layers):
+        assert b.time_ms == pytest.approx(a.time_ms * ratio[(a.name, a.candidate.config)])
+
+    other = [line.replace(f'["{model.name}", ', '["another-model", ') for line in log.read_text().splitlines()]
+    assert not any("costs in the network" in n for n in GraphTuner(model, other).solve(measure=True).notes)
+
+
+def test_network_records_read_back_and_bad_ones_are_named():
+    from graph_tuner.records import make_network_record, read_records
+    from kernels.config_space import Conv2DConfig
+
+    cfg = Conv2DConfig(ic_bn=16, oc_bn=32, ow_bn=7, unroll_kw=True, oh_bn=2)
+    recs = [make_network_record("m", "conv", "c1", cfg, 1.25, "llvm"),
+            make_network_record("m", "step", "pool0", 16, 2.0, "llvm"),
+            make_network_record("m", "transform", "", ((1, 64, 8, 8), 1, 16), 0.9, "llvm")]
+    got = read_records(recs).network
+    assert [(r.kind, r.name, r.key, r.time) for r in got] == [
+        ("conv", "c1", cfg, 1.25), ("step", "pool0", 16, 2.0), ("transform", "", ((1, 64, 8, 8), 1, 16), 0.9)]
+    assert "3 in-network ratios" in read_records(recs).summary()
+    bad = json.loads(json.dumps(recs[0]))
+    bad["input"][2][1] = "pool"
+    with pytest.raises(Exception, match="needs \\[model, kind"):
+        read_records([bad])
+    bad = json.loads(json.dumps(recs[0]))
+    bad["config"]["entity"] = [["tile_x", "sp", [-1, 4]]]
+    with pytest.raises(Exception, match="not an x86 conv config"):
+        read_records([bad])

@@ -5,7 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, positive_int, positive_seconds
+from graph_tuner.commands import check_paths, nonnegative_int, positive_int, positive_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
                         "to refresh a log after a kernel upgrade or on a calmer host")
+    p.add_argument("--calibrate", type=nonnegative_int, default=0, metavar="RUNS",
+                   help="after tuning, run the plan `solve` picks here, up to RUNS times (10: 0.5-2.5 minutes on "
+                        "the bench models), and append each step's in-network / alone ratio to LOG, so that `solve` "
+                        "costs the plan with what the network pays, measuring nothing (default 0: none)")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
                         "`dask worker ADDRESS --nthreads 1 --resources measure=1`; this process writes the log. "
@@ -50,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if args.cluster:
-        if args.retime:
-            raise GraphTunerError("--retime re-times on this machine: drop --cluster")
+        if args.retime or args.calibrate:
+            raise GraphTunerError(f"{'--retime' if args.retime else '--calibrate'} runs on this machine: drop --cluster")
         return run_on_cluster(args, trials)
     # Before anything runs (loading a big model, probing the host): the log must be a log,
     # and never the model itself (`tune model.onnx -o model.onnx` once cut bytes off it).
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         n = retime_model(model, args.output, progress=not args.no_progress, print_fn=print)
         print(f"re-timed {n} configs; log: {args.output}")
         print(f"host while re-timing: one-thread conv {before:.0f} GFLOP/s at the start, {probe():.0f} at the end")
-        return 0
+        return _calibrate(args, model)
     summaries = tune_model(model, args.output, trials=trials, time_budget=args.time_budget,
                            progress=not args.no_progress, print_fn=print)
     after = probe()
@@ -82,6 +86,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {len(loaded)} of {len(summaries)} workloads were timed while other processes used the cores "
               f"(up to {100 * max(s.others_share for s in loaded):.0f}%); run `graph-tuner tune {args.model} -o "
               f"{args.output} --retime` on a quiet machine to re-time their finalists")
+    return _calibrate(args, model)
+
+
+def _calibrate(args: argparse.Namespace, model) -> int:
+    """``--calibrate RUNS``: the plan's in-network ratios into the log (:func:`graph_tuner.tuning.calibrate_log`)."""
+    if args.calibrate:
+        from graph_tuner.tuning import calibrate_log
+
+        calibrate_log(model, args.output, args.calibrate, print_fn=print)
     return 0
 
 
