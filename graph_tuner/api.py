@@ -171,9 +171,10 @@ class GraphTuner:
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
 
-        def best(costs: InNetworkCosts, only: Mapping | None = None) -> Plan:
+        def best(costs: InNetworkCosts, only: Mapping | None = None, measuring: bool = True) -> Plan:
             return select_measuring(self.flow, costs.candidates(restricted(self.candidates, only)),
-                                    costs.transform_costs(self.transforms.seconds), measurer, self._blocks(),
+                                    costs.transform_costs(self.transforms.seconds), measurer if measuring else None,
+                                    self._blocks(),
                                     method=solver, time_limit=time_limit,
                                     estimated=self.transforms.estimated, step_ms=costs.step_costs(self.step_ms),
                                     target=self.target, notes=list(notes))
@@ -187,14 +188,15 @@ class GraphTuner:
             plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0)), max_rounds=calibrate,
                                         costs=costs)
             plan.notes.append(cal.note)
-        else:
-            plan, costs = self._in_network(best(costs), best)
+        scale = 1.0  # what the log's in-network ratios made of the plan's cost (:meth:`_in_network`)
+        if not calibrate:
+            plan, scale = self._in_network(best(costs), best)
         while True:
             known = len(self.transforms.seconds)
             plan.baselines_ms = {}
             for name in ("history_best", "default"):  # under the same costs as the plan (in-network if calibrated)
                 base = self.baseline_plan(name, measure=measure, costs=costs)
-                plan.baselines_ms[name] = None if base is None else base.cost
+                plan.baselines_ms[name] = None if base is None else base.cost * scale
             # Transforms the baselines measured lower the bound unmeasured ones are costed at (the
             # fastest known rate, selection.BOUND_MARGIN): the plan solved before them may no longer
             # be the best, and a solve from the log they go to may want a transform it lacks (seen
@@ -202,7 +204,7 @@ class GraphTuner:
             # measures nothing. A calibrated plan keeps the costs it was calibrated with.
             if calibrate or len(self.transforms.seconds) == known:
                 break
-            plan, costs = self._in_network(best(InNetworkCosts()), best)
+            plan, scale = self._in_network(best(costs), best)
         if plan.baselines_ms["default"] is None:
             plan.notes.append(
                 f"default plan n/a: some layer has no record at AutoTVM's default layouts "
@@ -210,21 +212,30 @@ class GraphTuner:
             )
         return plan
 
-    def _in_network(self, plan: Plan, best: Callable) -> tuple[Plan, InNetworkCosts]:
+    def _in_network(self, plan: Plan, best: Callable) -> tuple[Plan, float]:
         """``plan`` (solved with the times taken alone) costed with the log's in-network ratios
-        (``tune --calibrate``) where they cover every step of it, and the costs it was costed
-        with. The choice stays the alone-timed one: calibration kept it on the bench models
-        (benchmarks/README.md, session 19); the costs become what the network pays."""
+        (``tune --calibrate``), and its in-network / alone cost, which the baselines are scaled
+        by (solved with the times taken alone, they want only the transforms the log holds).
+        The choice stays the alone-timed one: calibration kept it on four of the five bench
+        models (benchmarks/README.md, session 19); the costs become what the network pays.
+        A cost the ratios lack is its group's median ratio (:class:`InNetworkCosts`)."""
         if not self.network:
-            return plan, InNetworkCosts()
-        costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers})
-        if self.network.unmeasured(costed) or choices(costed) != choices(plan):
-            plan.notes.append("the log's in-network ratios (tune --calibrate) do not cover this plan: its costs are "
-                              "times taken alone")
-            return plan, InNetworkCosts()
-        costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) cover every step; "
-                            f"taken alone, the plan costs {plan.cost:.3f} ms")
-        return costed, self.network
+            return plan, 1.0
+        try:
+            costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers}, measuring=False)
+        except GraphTunerError:  # it would want a transform the log lacks: the ratios are not for this plan
+            costed = None
+        if costed is None or choices(costed) != choices(plan):
+            plan.notes.append("the log's in-network ratios (tune --calibrate) are for another plan: costs are times "
+                              "taken alone")
+            return plan, 1.0
+        left = self.network.unmeasured(costed)
+        costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) for "
+                            + (f"all but {left} of the plan's steps (those at their group's median ratio)" if left
+                               else "every step of the plan")
+                            + f"; taken alone, the plan costs {plan.cost:.3f} ms, and so do the baselines, "
+                              f"scaled by {costed.cost / plan.cost:.3f}")
+        return costed, costed.cost / plan.cost
 
     def network_records(self, plan: Plan) -> list[dict]:
         """``plan``'s in-network ratios over this log's alone times, as records to append to

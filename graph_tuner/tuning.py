@@ -623,26 +623,35 @@ def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | N
     return measure, lambda: added[0]
 
 
-def calibrate_log(model, log_path: str | os.PathLike, runs: int, *, top_k: int = 20, print_fn=lambda s: None) -> int:
-    """``tune --calibrate RUNS``: solve the log as ``solve`` does, run the plan here and
-    calibrate it (:func:`graph_tuner.calibration.calibrate`, at most ``runs`` runs), then
-    append each of the plan's steps' in-network / alone ratios to the log as a record
-    (:meth:`GraphTuner.network_records`), flushed. A later ``solve`` on the log costs the
-    plan with them, measuring nothing. Returns how many records were appended."""
+def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None) -> int:
+    """``tune --calibrate``: solve the log as ``solve`` does (times taken alone), run that
+    plan here (:class:`graph_tuner.plan_run.InNetworkTimer`) and append each of its steps'
+    in-network / alone ratios to the log as a record (:meth:`GraphTuner.network_records`),
+    flushed. A later ``solve`` on the log picks the same plan and costs it with them,
+    measuring nothing. Returns how many records were appended."""
     from graph_tuner.api import GraphTuner
     from graph_tuner.loading import load_model
     from graph_tuner.records import format_record
 
-    gt = GraphTuner(load_model(model), log_path, target=host_target(), top_k=top_k, skip_bad_lines=True)
-    gt.transforms.fill(gt.required_transforms(), cache=True, measure=False, progress=False)
-    gt.benchmark_steps()
+    m = load_model(model)
     measure, _ = logging_measure(log_path)
-    plan = gt.solve(measure=measure, calibrate=runs)
+
+    def tuner() -> GraphTuner:  # as `solve` sets it up, but for the transforms: the log's only, so
+        # that every one a plan needs is appended to it (from this CPU's cache, or measured)
+        gt = GraphTuner(m, log_path, target=host_target(), top_k=top_k, skip_bad_lines=True)
+        gt.benchmark_steps()
+        return gt
+
+    gt = tuner()
+    plan = gt.solve(measure=measure, calibrate=1)  # one run: the alone-timed plan, costed by it
     records = gt.network_records(plan)
     with _open_log(prepare_log(log_path)) as log:
         for rec in records:
             log.write(format_record(rec) + "\n")
         log.flush()
+    # Costed in the network, the baselines may want transforms the log lacks: solve once more
+    # as `solve` will, so that a solve on the log measures nothing.
+    tuner().solve(measure=measure)
     print_fn(next(n for n in plan.notes if "calibrat" in n))
     print_fn(f"in-network ratios: {len(records)} records for the plan's {len(plan.layers)} convs, "
              f"{len(plan.steps)} other steps and {len({t.key for t in plan.transforms})} transforms; "

@@ -5,7 +5,7 @@ import argparse
 import os
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, nonnegative_int, positive_int, positive_seconds
+from graph_tuner.commands import check_paths, positive_int, positive_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,10 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
                         "to refresh a log after a kernel upgrade or on a calmer host")
-    p.add_argument("--calibrate", type=nonnegative_int, default=0, metavar="RUNS",
-                   help="after tuning, run the plan `solve` picks here, up to RUNS times (10: 0.5-2.5 minutes on "
-                        "the bench models), and append each step's in-network / alone ratio to LOG, so that `solve` "
-                        "costs the plan with what the network pays, measuring nothing (default 0: none)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="after tuning, run the plan `solve` picks here (3 rounds of profiles and alone re-timings, "
+                        "10-60 s on the bench models) and append each of its steps' in-network / alone ratio to LOG, "
+                        "so that `solve` costs that plan with what the network pays, measuring nothing")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
                         "`dask worker ADDRESS --nthreads 1 --resources measure=1`; this process writes the log. "
@@ -90,11 +90,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace, model) -> int:
-    """``--calibrate RUNS``: the plan's in-network ratios into the log (:func:`graph_tuner.tuning.calibrate_log`)."""
+    """``--calibrate``: the plan's in-network ratios into the log (:func:`graph_tuner.tuning.calibrate_log`)."""
     if args.calibrate:
         from graph_tuner.tuning import calibrate_log
 
-        calibrate_log(model, args.output, args.calibrate, print_fn=print)
+        calibrate_log(model, args.output, print_fn=print)
     return 0
 
 
