@@ -16,7 +16,7 @@ import warnings
 from typing import Callable, Iterable, Mapping
 
 from graph_tuner import candidates as cand
-from graph_tuner.calibration import InNetworkCosts, choices, restricted
+from graph_tuner.calibration import InNetworkCosts, restricted
 from graph_tuner.environment import check_environment
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import analyse
@@ -149,14 +149,16 @@ class GraphTuner:
         return here
 
     def solve(self, solver: str = "auto", time_limit: float | None = None, measure: bool | Callable = False,
-              calibrate: int = 0) -> Plan:
+              calibrate: int = 0, calibration_rounds: int = 3) -> Plan:
         """The best plan. Transforms are measured only as a best plan needs them
         (:func:`graph_tuner.selection.select_measuring`): ``measure=True`` times them here
         (this CPU's cache first), a callable ``keys -> {key: seconds}`` is asked instead;
         False: only the known ones (records, cache, estimates) are used, and a plan that needs
         another is a :class:`GraphTunerError`. ``calibrate``: up to that many runs of the
         plan on this CPU, each re-costing what the plan uses with its time in the network,
-        then solving again (:func:`graph_tuner.calibration.calibrate`); 0: times taken alone."""
+        then solving again (:func:`graph_tuner.calibration.calibrate`); 0: times taken alone.
+        ``calibration_rounds``: rounds of profiles and alone re-timings a run takes the median
+        of (:class:`graph_tuner.plan_run.InNetworkTimer`)."""
         if solver not in SOLVERS:
             raise GraphTunerError(f"unknown solver {solver!r}; choose one of {', '.join(SOLVERS)}")
         if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 <= time_limit < math.inf):
@@ -185,7 +187,8 @@ class GraphTuner:
             from graph_tuner.plan_run import InNetworkTimer
 
             self._check_calibration_cpu()
-            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0)), max_rounds=calibrate,
+            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0), rounds=calibration_rounds),
+                                        max_rounds=calibrate,
                                         costs=costs)
             plan.notes.append(cal.note)
         scale = 1.0  # what the log's in-network ratios made of the plan's cost (:meth:`_in_network`)
@@ -221,13 +224,11 @@ class GraphTuner:
         A cost the ratios lack is its group's median ratio (:class:`InNetworkCosts`)."""
         if not self.network:
             return plan, 1.0
-        try:
+        try:  # the same configs; the joins and other steps may move to blocks cheaper in the network
             costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers}, measuring=False)
-        except GraphTunerError:  # it would want a transform the log lacks: the ratios are not for this plan
-            costed = None
-        if costed is None or choices(costed) != choices(plan):
-            plan.notes.append("the log's in-network ratios (tune --calibrate) are for another plan: costs are times "
-                              "taken alone")
+        except GraphTunerError:  # it would want a transform the log lacks
+            plan.notes.append("the log's in-network ratios (tune --calibrate) would move this plan to transforms the "
+                              "log lacks: its costs are times taken alone")
             return plan, 1.0
         left = self.network.unmeasured(costed)
         costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) for "

@@ -263,7 +263,8 @@ def calibrate(solve: Callable[..., Plan], measure: Callable[[Plan], Mapping],
         if costs.unmeasured(plan):  # its run did not show them: asking again would not either
             break
         runs.append(solve(costs, only={lc.name: lc.candidate.config for lc in plan.layers}))
-        plan = solve(costs)
+        if rounds < max_rounds:
+            plan = solve(costs)
     if runs:
         plan = min(runs, key=lambda p: p.cost)
         if plan.cost > (1 - SWITCH_MARGIN) * runs[0].cost:

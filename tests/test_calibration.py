@@ -63,14 +63,19 @@ def run_calibration(model, cands, factor, max_rounds=20):
 @given(st.data())
 def test_layer_factors_reach_the_in_network_optimum(data):
     """Each layer slows down (or speeds up) alike for all its candidates: the bound holds, so
-    the plan calibration stops at is brute force's optimum of the in-network costs."""
+    calibration reaches brute force's optimum of the in-network costs, and returns it unless
+    the first (alone-timed) plan is within SWITCH_MARGIN of it."""
+    from graph_tuner.calibration import SWITCH_MARGIN, choices
+
     model = residual_concat_net()
     cands = draw_candidates(data)
     factors = {name: data.draw(st.floats(0.5, 3.0)) for name in SHAPES}
     (plan, cal), runs = run_calibration(model, cands, lambda n, i, o: factors[n])
     in_network = {n: [(i, o, t * factors[n]) for i, o, t in cs] for n, cs in cands.items()}
     assert cal.converged
-    assert plan.cost == pytest.approx(brute_force(model, in_network, (1, 2, 4, 8)) * 1e3, rel=1e-9)
+    best = brute_force(model, in_network, (1, 2, 4, 8)) * 1e3
+    if plan.cost != pytest.approx(best, rel=1e-9):
+        assert choices(plan) == choices(runs[0]) and best <= plan.cost <= best / (1 - SWITCH_MARGIN) + 1e-12
     assert plan.kernel_ms + plan.transform_ms == pytest.approx(plan.cost)
     assert cal.rounds == len(runs) <= 1 + len(SHAPES) * 3
 
