@@ -282,7 +282,7 @@ class GraphTuner:
         fixed = self._baseline_picks(name)
         if fixed is None:
             return None
-        costs = costs or InNetworkCosts()
+        costs = InNetworkCosts() if costs is None else costs
         return select_measuring(self.flow, costs.candidates(fixed), costs.transform_costs(self.transforms.seconds),
                                 self._measurer(measure), self._blocks(),
                                 solver=f"{name} (dp over joins)", estimated=self.transforms.estimated,

@@ -253,7 +253,7 @@ def calibrate(solve: Callable[..., Plan], measure: Callable[[Plan], Mapping],
     >>> cal.rounds, cal.converged
     (1, True)
     """
-    costs = costs or InNetworkCosts()
+    costs = InNetworkCosts() if costs is None else costs  # the caller's, even empty: it reads them after
     plan = solve(costs)
     first = plan.cost
     rounds, runs = 0, []  # runs: each plan run, re-costed right after its run (its own costs)

@@ -630,15 +630,15 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
     """``tune --calibrate``: solve the log as ``solve`` does (times taken alone), run that
     plan here (:class:`graph_tuner.plan_run.InNetworkTimer`) and append each of its steps'
     in-network / alone ratios to the log as a record (:meth:`GraphTuner.network_records`),
-    flushed. A later ``solve`` on the log picks the same plan and costs it with them,
+    flushed. A later ``solve`` on the log picks the same configs and costs them with those,
     measuring nothing (:func:`settle_transforms`). Returns how many records were appended."""
     from graph_tuner.loading import load_model
     from graph_tuner.records import format_record
 
     m = load_model(model)
     gt = _log_tuner(m, log_path, top_k)
-    # One run of the alone-timed plan, costed by it: rounds spread over 20-70 s, as the ratios
-    # of one 3-round run moved by up to 40% with the host's state (session 19).
+    # One run of the alone-timed plan, costed by it, in 9 rounds (17-41 s on the bench models):
+    # the ratios of one 3-round run moved by up to 40% with the host's state (session 19).
     plan = gt.solve(measure=logging_measure(log_path)[0], calibrate=1, calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
     with _open_log(prepare_log(log_path)) as log:

@@ -434,3 +434,32 @@ def test_network_records_read_back_and_bad_ones_are_named():
     bad["config"]["entity"] = [["tile_x", "sp", [-1, 4]]]
     with pytest.raises(Exception, match="not an x86 conv config"):
         read_records([bad])
+
+
+def test_calibrated_baselines_are_costed_with_the_calibrations_ratios(tiny_onnx, monkeypatch):
+    """The report's baselines under the calibrated costs: a network where every step runs
+    2x its alone time doubles them too (not the times taken alone beside an in-network plan)."""
+    from graph_tuner import plan_run
+    from graph_tuner.loading import load_model
+
+    class Twice:
+        def __init__(self, *a, **k):
+            pass
+
+        def __call__(self, plan):
+            names = [lc.name for lc in plan.layers] + [t.label for t in plan.transforms] + [c.name for c in plan.steps]
+            return {n: (2.0, 1.0) for n in names}
+
+    model = load_model(tiny_onnx)
+    gt = GraphTuner(model, [], fallback=True, target=f"llvm -mcpu={plan_run_cpu()}")
+    alone = gt.solve(measure=True)
+    monkeypatch.setattr(plan_run, "InNetworkTimer", Twice)
+    calibrated = gt.solve(measure=True, calibrate=3)
+    assert calibrated.cost == pytest.approx(2 * alone.cost, rel=0.2)
+    assert calibrated.baselines_ms["history_best"] == pytest.approx(2 * alone.baselines_ms["history_best"], rel=0.2)
+
+
+def plan_run_cpu() -> str:
+    from kernels.jit import host_cpu
+
+    return host_cpu().name

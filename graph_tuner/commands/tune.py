@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
                         "to refresh a log after a kernel upgrade or on a calmer host")
     p.add_argument("--calibrate", action="store_true",
-                   help="after tuning, run the plan `solve` picks here (3 rounds of profiles and alone re-timings, "
-                        "10-60 s on the bench models) and append each of its steps' in-network / alone ratio to LOG, "
+                   help="after tuning, run the plan `solve` picks here (9 rounds of profiles and alone re-timings, "
+                        "20-45 s on the bench models) and append each of its steps' in-network / alone ratio to LOG, "
                         "so that `solve` costs that plan with what the network pays, measuring nothing")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
