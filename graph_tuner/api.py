@@ -173,10 +173,9 @@ class GraphTuner:
         notes = list(self.warnings) + ([] if self.step_ms is not None else
                                        ["other steps (pooling, elementwise, dense) not costed: call benchmark_steps()"])
 
-        def best(costs: InNetworkCosts, only: Mapping | None = None, measuring: bool = True) -> Plan:
+        def best(costs: InNetworkCosts, only: Mapping | None = None) -> Plan:
             return select_measuring(self.flow, costs.candidates(restricted(self.candidates, only)),
-                                    costs.transform_costs(self.transforms.seconds), measurer if measuring else None,
-                                    self._blocks(),
+                                    costs.transform_costs(self.transforms.seconds), measurer, self._blocks(),
                                     method=solver, time_limit=time_limit,
                                     estimated=self.transforms.estimated, step_ms=costs.step_costs(self.step_ms),
                                     target=self.target, notes=list(notes))
@@ -224,11 +223,14 @@ class GraphTuner:
         A cost the ratios lack is its group's median ratio (:class:`InNetworkCosts`)."""
         if not self.network:
             return plan, 1.0
-        try:  # the same configs; the joins and other steps may move to blocks cheaper in the network
-            costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers}, measuring=False)
-        except GraphTunerError:  # it would want a transform the log lacks
-            plan.notes.append("the log's in-network ratios (tune --calibrate) would move this plan to transforms the "
-                              "log lacks: its costs are times taken alone")
+        # The same configs; the joins and other steps may move to blocks cheaper in the network,
+        # measuring a transform the log lacks as any solve does (`tune --calibrate` appends those
+        # its own solves want: tuning.settle_transforms).
+        try:
+            costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers})
+        except GraphTunerError:  # not measuring (measure=False), and it wants a transform not known
+            plan.notes.append("the log's in-network ratios (tune --calibrate) would move this plan to a transform "
+                              "not known here: its costs are times taken alone")
             return plan, 1.0
         left = self.network.unmeasured(costed)
         costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) for "
