@@ -637,7 +637,7 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
 
     m = load_model(model)
     gt = _log_tuner(m, log_path, top_k)
-    # One run of the alone-timed plan, costed by it, in 9 rounds (17-41 s on the bench models):
+    # One run of the alone-timed plan, costed by it, in 9 rounds (13-45 s on the bench models):
     # the ratios of one 3-round run moved by up to 40% with the host's state (session 19).
     plan = gt.solve(measure=logging_measure(log_path)[0], calibrate=1, calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
