@@ -248,7 +248,8 @@ class GraphTuner:
 
         conv_s = {(name, c.config): c.time for name, cs in self.all_candidates.items() for c in cs}
         ratios = plan_ratios(plan, conv_s, self.step_ms, self.transforms.seconds)
-        rows = ([("conv", layer, config, r) for (layer, config), r in ratios.convs.items()]
+        entity = {(lc.name, lc.candidate.config): lc.candidate.record.entity for lc in plan.layers}
+        rows = ([("conv", layer, entity[(layer, config)], r) for (layer, config), r in ratios.convs.items()]
                 + [("step", step, block, r) for (step, block), r in ratios.steps.items()]
                 + [("transform", "", key, r) for key, r in ratios.transforms.items()])
         return [make_network_record(self.model.name, kind, name, key, r, self.target) for kind, name, key, r in rows]

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from graph_tuner.plan import Plan
 from graph_tuner.records import with_costs
@@ -102,11 +102,7 @@ class InNetworkCosts:
         for s in plan.steps:
             if s.name in ratios:
                 self.steps[(s.name, s.block)] = ratios[s.name]
-        by_key: dict[TransformKey, list[float]] = {}
-        for t in plan.transforms:
-            if t.label in ratios:
-                by_key.setdefault(t.key, []).append(ratios[t.label])
-        self.transforms.update({k: sum(v) / len(v) for k, v in by_key.items()})
+        self.transforms.update(_mean_by_key((t.key, ratios[t.label]) for t in plan.transforms if t.label in ratios))
 
     def candidates(self, candidates: Mapping[str, list]) -> dict[str, list]:
         """``candidates`` at their in-network times (:func:`rescaled`, per layer); a measured
@@ -181,12 +177,17 @@ def plan_ratios(plan: Plan, conv_s: Mapping[tuple[str, object], float],
         out.convs[(lc.name, lc.candidate.config)] = ratio(lc.time_ms, alone * 1e3 if alone else None)
     for c in plan.steps:
         out.steps[(c.name, c.block)] = ratio(c.time_ms, (step_ms or {}).get(c.name, {}).get(c.block))
-    by_key: dict[TransformKey, list[float]] = {}
-    for t in plan.transforms:
-        alone = transform_s.get(t.key)
-        by_key.setdefault(t.key, []).append(ratio(t.time_ms, alone * 1e3 if alone else None))
-    out.transforms = {k: sum(v) / len(v) for k, v in by_key.items()}
+    out.transforms = _mean_by_key((t.key, ratio(t.time_ms, transform_s[t.key] * 1e3 if transform_s.get(t.key) else None))
+                                  for t in plan.transforms)
     return out
+
+
+def _mean_by_key(pairs: Iterable[tuple[TransformKey, float]]) -> dict[TransformKey, float]:
+    """The mean ratio per transform key: a plan's tensors of one shape and blocks share a cost."""
+    by_key: dict[TransformKey, list[float]] = {}
+    for key, r in pairs:
+        by_key.setdefault(key, []).append(r)
+    return {k: sum(v) / len(v) for k, v in by_key.items()}
 
 
 def rescaled(alone: Mapping, ratios: Mapping) -> dict:

@@ -55,6 +55,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from graph_tuner import record_checks as checks
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.record_checks import show
+from kernels.config_space import entity_config
 from kernels.workload import Conv2DWorkload
 
 # Task names by template family, across TVM versions.
@@ -500,8 +501,6 @@ def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
     kind, detail = args[1], args[3]
     if kind == "conv":
         try:
-            from kernels.config_space import entity_config
-
             key = entity_config(env["entity"])
         except (KeyError, TypeError, ValueError, IndexError):
             raise checks.BadRecord(f"in-network conv ratio: config {show(env['entity'])} is not an x86 conv "
@@ -779,11 +778,7 @@ def make_conv2d_record(
     >>> read_records([d]).records[0].workload == w
     True
     """
-    if isinstance(entity, Mapping):
-        entity_list = [[k, "sp" if isinstance(v, (list, tuple)) else "ot", list(v) if isinstance(v, tuple) else v]
-                       for k, v in entity.items()]
-    else:
-        entity_list = [list(e) for e in entity]
+    entity_list = _entity_list(entity)
     task = "depthwise_conv2d_NCHWc.x86" if workload.is_depthwise else "conv2d_NCHWc.x86"
     args = [
         ["TENSOR", list(workload.data_shape), "float32"],
@@ -792,6 +787,15 @@ def make_conv2d_record(
         workload.layout, workload.layout, workload.out_dtype,
     ]
     return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp)
+
+
+def _entity_list(entity: Mapping[str, Any] | Sequence[Sequence]) -> list:
+    """A record's entity as written: ``[[name, kind, value], ...]`` from a dict name -> value
+    (a split's value a list) or from such a list."""
+    if isinstance(entity, Mapping):
+        return [[k, "sp" if isinstance(v, (list, tuple)) else "ot", list(v) if isinstance(v, tuple) else v]
+                for k, v in entity.items()]
+    return [list(e) for e in entity]
 
 
 def make_transform_record(
@@ -817,18 +821,21 @@ def make_transform_record(
 def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float, target: str, *,
                         timestamp: float | None = None) -> dict:
     """A ``graph_tuner_in_network`` record (:class:`NetworkRecord`): ``ratio`` is the step's
-    in-network time over the log's alone time.
+    in-network time over the log's alone time. ``key``: a conv's config entity (its record's,
+    a dict or a list), a step's block, a transform's ``(NCHW shape, src block, dst block)``.
 
     >>> d = make_network_record("net", "step", "pool0", 16, 1.8, "llvm", timestamp=0.0)
     >>> n = read_records([d]).network[0]
     >>> n.model, n.kind, n.name, n.key, n.time
     ('net', 'step', 'pool0', 16, 1.8)
+    >>> read_records([make_network_record("net", "conv", "c1", {"tile_ic": [-1, 8], "tile_oc": [-1, 16],
+    ...                                    "tile_ow": [-1, 7]}, 1.2, "llvm")]).network[0].key
+    Conv2DConfig(ic_bn=8, oc_bn=16, ow_bn=7, unroll_kw=False, oh_bn=1)
     """
     entity: list = []
     detail: Any = None
     if kind == "conv":
-        entity = [["tile_ic", "sp", [-1, key.ic_bn]], ["tile_oc", "sp", [-1, key.oc_bn]],
-                  ["tile_ow", "sp", [-1, key.ow_bn]], ["tile_oh", "ot", key.oh_bn], ["unroll_kw", "ot", key.unroll_kw]]
+        entity = _entity_list(key)
     elif kind == "step":
         detail = int(key)
     else:

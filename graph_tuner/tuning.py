@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from graph_tuner.candidates import describe
 from graph_tuner.environment import check_cache_dir
@@ -585,10 +585,10 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     default) and the baselines use: solved with the others at a lower bound, measuring those
     a best plan picks until it picks only measured ones
     (:func:`graph_tuner.selection.select_measuring`; MobileNet-v2: tens of its 2,255
-    transforms). ``solve`` on the log finds that plan again without measuring; a solve that
-    wants others (another ``--top-k``) measures the few it lacks then.
+    transforms), as ``solve`` does, other steps costed (:func:`settle_transforms`). ``solve``
+    on the log finds that plan again without measuring; a solve that wants others (another
+    ``--top-k``) measures the few it lacks then.
     """
-    from graph_tuner.api import GraphTuner
     from graph_tuner.loading import load_model
 
     m = load_model(model)
@@ -601,10 +601,8 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
-        gt = GraphTuner(m, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
-        measure, added = logging_measure(log_path, measure_transform)
-        plan = gt.solve(measure=measure)
-        print_fn(f"layout transforms: {added()} new records; the best plan and the baselines use "
+        added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
+        print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
                  f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
     return summaries
 
@@ -653,26 +651,32 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
     return len(records)
 
 
-def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, passes: int = 4) -> int:
-    """Solve the log as ``solve`` does, appending every transform the solve wants (from this
-    CPU's cache, or measured), until a solve wants none (at most ``passes`` solves); returns
-    how many were appended. Each solve times the other steps anew, which can move near-ties
-    to plans with other transforms (Inception-v3 and DenseNet-121, session 19)."""
-    measure, added = logging_measure(log_path)
+def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, passes: int = 4,
+                      measure_transform: Callable | None = None) -> tuple[int, Any, Any]:
+    """Solve the log as ``solve`` does (other steps costed, in-network ratios applied),
+    appending every transform the solve wants (from this CPU's cache, or measured), until a
+    solve wants none (at most ``passes`` solves). Each solve times the other steps anew, which
+    can move near-ties to plans with other transforms: a log whose transforms were settled
+    without the other steps' costs still had Inception-v3's solve measure 5 (session 19).
+    Returns how many were appended, the last solve's :class:`GraphTuner` and plan."""
+    measure, added = logging_measure(log_path, measure_transform)
     for _ in range(passes):
         before = added()
-        _log_tuner(model, log_path, top_k).solve(measure=measure)
+        gt = _log_tuner(model, log_path, top_k)
+        plan = gt.solve(measure=measure)
         if added() == before:
             break
-    return added()
+    return added(), gt, plan
 
 
 def _log_tuner(model, log_path: str | os.PathLike, top_k: int):
     """A :class:`GraphTuner` on the log as ``solve`` sets it up, but for the transforms: the
-    log's only, so that each one a plan needs is appended to it."""
+    log's only, so that each one a plan needs is appended to it (and a layer left with no
+    record by a failed tuning gets the default schedule, so the others' transforms are still
+    measured)."""
     from graph_tuner.api import GraphTuner
 
-    gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, skip_bad_lines=True)
+    gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
     gt.benchmark_steps()
     return gt
 

@@ -423,7 +423,8 @@ def test_network_records_read_back_and_bad_ones_are_named():
     from kernels.config_space import Conv2DConfig
 
     cfg = Conv2DConfig(ic_bn=16, oc_bn=32, ow_bn=7, unroll_kw=True, oh_bn=2)
-    recs = [make_network_record("m", "conv", "c1", cfg, 1.25, "llvm"),
+    entity = {"tile_ic": [-1, 16], "tile_oc": [-1, 32], "tile_ow": [-1, 7], "tile_oh": 2, "unroll_kw": True}
+    recs = [make_network_record("m", "conv", "c1", entity, 1.25, "llvm"),
             make_network_record("m", "step", "pool0", 16, 2.0, "llvm"),
             make_network_record("m", "transform", "", ((1, 64, 8, 8), 1, 16), 0.9, "llvm")]
     got = read_records(recs).network
