@@ -21,6 +21,7 @@ def tune(
     cluster=None,
     batch: int | None = None,
     progress: bool = True,
+    calibrate: bool = True,
     print_fn=lambda s: None,
     **kwargs,
 ):
@@ -33,6 +34,9 @@ def tune(
     (:func:`graph_tuner.cluster.tune_on_cluster`; returns a :class:`~graph_tuner.cluster.ClusterResult`;
     ``output`` ending in ``/`` then means one log per CPU, ``output/<cpu>/MODEL.log``).
     Other keywords (``measure``, ``measure_transform``, ``confirm``, ``top_k``) go to them.
+    ``calibrate``: here, then the plan's in-network ratios (:func:`graph_tuner.tuning.calibrate_log`);
+    a cluster's workers time kernels only, so a log tuned there gets them from a later ``tune``
+    on a machine of its CPU.
     """
     from graph_tuner.tuning import DEFAULT_TRIALS, tune_model
 
@@ -43,4 +47,4 @@ def tune(
         from graph_tuner.cluster import tune_on_cluster
 
         return tune_on_cluster(model, output, cluster, batch=batch, **common)
-    return tune_model(load_model(model, batch=batch), output, **common)
+    return tune_model(load_model(model, batch=batch), output, calibrate=calibrate, **common)

@@ -550,15 +550,19 @@ def transforms_to_measure(keys: Iterable, present: set[str], target: str) -> lis
 
 
 def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
-                      measure: Callable | None = None, on_time: Callable | None = None) -> int:
+                      measure: Callable | None = None, on_time: Callable | None = None,
+                      present: set[str] | None = None) -> int:
     """Measure (or take from the per-CPU cache) ``keys`` and append a ``layout_transform``
     record for each not already in the log for ``target``, each written and flushed the
     moment its timing is known (a killed run keeps what it measured); returns how many
-    were appended. ``on_time(key, seconds)`` gets each timing of a key not yet logged."""
+    were appended. ``on_time(key, seconds)`` gets each timing of a key not yet logged.
+    ``present``: the log's transform input keys (:attr:`LogState.transforms`) when the
+    caller keeps them (the ones appended are added), else the log is read for them."""
     from kernels.transform_bench import measure_transforms
 
     path = prepare_log(log_path)
-    wanted = transforms_to_measure(keys, logged(path, target).transforms, target)
+    present = logged(path, target).transforms if present is None else present
+    wanted = transforms_to_measure(keys, present, target)
     if not wanted:
         return 0
     added = 0
@@ -572,13 +576,15 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
                 rec = make_transform_record(shape, layout_name(a), layout_name(b), seconds, target)
                 log.write(format_record(rec) + "\n")
                 log.flush()
+                present.add(transform_input_key(shape, layout_name(a), layout_name(b), target))
                 added += 1
 
         measure_transforms(wanted, progress=progress, measure_one=measure, callback=write)
     return added
 
 
-def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs) -> list[WorkloadSummary]:
+def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate: bool = False,
+               **kwargs) -> list[WorkloadSummary]:
     """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path),
     each timed with the fused epilogue its layers run (:func:`workload_epilogues`), then the
     layout transforms the best plan (among each layer's ``top_k`` candidates, ``solve``'s
@@ -587,7 +593,9 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
     (:func:`graph_tuner.selection.select_measuring`; MobileNet-v2: tens of its 2,255
     transforms), as ``solve`` does, other steps costed (:func:`settle_transforms`). ``solve``
     on the log finds that plan again without measuring; a solve that wants others (another
-    ``--top-k``) measures the few it lacks then.
+    ``--top-k``) measures the few it lacks then. ``calibrate`` (what ``graph-tuner tune``
+    does): then the plan's in-network ratios (:func:`calibrate_log`), unless this run timed
+    nothing new and the log has a ratio for every step of the plan.
     """
     from graph_tuner.loading import load_model
 
@@ -604,39 +612,60 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, **kwargs)
         added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
         print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
                  f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
+    if calibrate:
+        calibrate_log(m, log_path, top_k=top_k, print_fn=print_fn,
+                      if_needed=not any(s.new or s.confirmed for s in summaries))
     return summaries
 
 
 def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | None = None) -> tuple[Callable, Callable]:
     """A ``measure`` for :meth:`GraphTuner.solve` that appends each transform it times to the
-    log (:func:`append_transforms`), and a count of those appended so far."""
+    log (:func:`append_transforms`), and a count of those appended so far. The log's
+    transforms are read once, not at every call: a lazy solve of DenseNet-121 asks 28 times,
+    and reading its log each time took 7 of the 35 s its transforms took (session 20)."""
     added = [0]
+    present: list[set[str]] = []
 
     def measure(keys: list) -> dict:
         got: dict = {}
-        added[0] += append_transforms(log_path, keys, host_target(), progress=False, measure=measure_transform,
-                                      on_time=got.__setitem__)
+        target = host_target()
+        if not present:
+            present.append(logged(prepare_log(log_path), target).transforms)
+        added[0] += append_transforms(log_path, keys, target, progress=False, measure=measure_transform,
+                                      on_time=got.__setitem__, present=present[0])
         return got
 
     return measure, lambda: added[0]
 
 
-CALIBRATION_ROUNDS = 9
+# Rounds of the calibration run that ends a tune. 3 let one slow phase move ResNet-50's ratios
+# by up to 40% (session 19, before slow rounds were dropped: plan_run.CALM_MARGIN); 5 and 9
+# rounds, paired, in calm runs: convs more than 10% off 0-3 and 0-2 (MobileNet-v2, DenseNet-121),
+# whole-run predictions within 1.2 points of each other (session 20). 6: DenseNet-121's
+# calibration in a tune takes about 15 s, not 23.
+CALIBRATION_ROUNDS = 6
 
 
-def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None) -> int:
-    """``tune --calibrate``: solve the log as ``solve`` does (times taken alone), run that
+def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None,
+                  if_needed: bool = False) -> int:
+    """The last step of ``tune``: solve the log as ``solve`` does (times taken alone), run that
     plan here (:class:`graph_tuner.plan_run.InNetworkTimer`) and append each of its steps'
     in-network / alone ratios to the log as a record (:meth:`GraphTuner.network_records`),
     flushed. A later ``solve`` on the log picks the same configs and costs them with those,
-    measuring nothing (:func:`settle_transforms`). Returns how many records were appended."""
+    measuring nothing (:func:`settle_transforms`). ``if_needed``: not if the log already has
+    a ratio for every step of the plan it solves to. Returns how many records were appended."""
     from graph_tuner.loading import load_model
     from graph_tuner.records import format_record
 
     m = load_model(model)
     gt = _log_tuner(m, log_path, top_k)
-    # One run of the alone-timed plan, costed by it, in 9 rounds (13-45 s on the bench models):
-    # the ratios of one 3-round run moved by up to 40% with the host's state (session 19).
+    if if_needed and gt.network:
+        solved = gt.solve(measure=logging_measure(log_path)[0])
+        if not gt.network.unmeasured(solved):
+            print_fn(f"in-network ratios: the log has one for each of the plan's {len(solved.layers)} convs, "
+                     f"{len(solved.steps)} other steps and {len({t.key for t in solved.transforms})} transforms")
+            return 0
+    # One run of the alone-timed plan, costed by it (CALIBRATION_ROUNDS).
     plan = gt.solve(measure=logging_measure(log_path)[0], calibrate=1, calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
     with _open_log(prepare_log(log_path)) as log:

@@ -22,6 +22,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -230,6 +231,25 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         if cache:
             _engines[ir_text] = compiled
         return compiled
+
+
+def compile_linked(ir_texts: Sequence[str]) -> CompiledModule:
+    """Several IR texts (distinct function names) as one module: parsed apart (each numbers
+    its own metadata), linked, optimised and compiled once. LLVM's cost per module is about
+    half of a small kernel's compile: 32 layout transforms took 10 ms each so, 21 apart
+    (session 20). Not cached."""
+    if not ir_texts:
+        raise ValueError("compile_linked needs at least one IR text")
+    with _lock:
+        _initialise()
+        _load_pool_runtime()
+        module = _parsed(ir_texts[0])
+        for text in ir_texts[1:]:
+            module.link_in(_parsed(text))
+        _optimise(module)
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        engine.finalize_object()
+        return CompiledModule(engine)
 
 
 # Compiling in helper processes (:mod:`kernels.compile_helpers`): they hand back object code

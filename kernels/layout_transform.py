@@ -16,14 +16,14 @@ True
 """
 from __future__ import annotations
 
-import functools
+from typing import Iterable
 
 from kernels.ir import decompose
-from kernels.jit import IRFunction, Kernel, compile_ir
+from kernels.jit import CompiledModule, IRFunction, Kernel, compile_ir, compile_linked
 from kernels.packing import from_blocked, to_blocked
 from kernels.threads import parallel_entry_ir
 
-__all__ = ["TransformKernel", "blocked_shape", "build_transform", "from_blocked", "to_blocked", "transform_ir"]
+__all__ = ["TransformKernel", "blocked_shape", "build_transform", "build_transforms", "from_blocked", "to_blocked", "transform_ir"]
 
 _UNROLL_LIMIT = 64
 
@@ -77,13 +77,16 @@ def transform_ir(shape_nchw, src_block: int | None, dst_block: int | None, name:
 class TransformKernel(Kernel):
     """A compiled layout transform: ``t(src, dst)``."""
 
-    def __init__(self, shape_nchw, src_block: int | None, dst_block: int | None):
+    def __init__(self, shape_nchw, src_block: int | None, dst_block: int | None,
+                 module: CompiledModule | None = None, name: str = "transform"):
+        """``module``: one already compiled holding ``@name`` (:func:`build_transforms`)."""
         self.shape_nchw = tuple(shape_nchw)
         self.src_block, self.dst_block = src_block or None, dst_block or None
         self.input_shape = blocked_shape(shape_nchw, src_block)
         self.output_shape = blocked_shape(shape_nchw, dst_block)
-        ir = transform_ir(shape_nchw, src_block, dst_block)
-        super().__init__(compile_ir(ir), "transform", dict(src=self.input_shape, dst=self.output_shape))
+        if module is None:
+            module = compile_ir(transform_ir(shape_nchw, src_block, dst_block, name))
+        super().__init__(module, name, dict(src=self.input_shape, dst=self.output_shape))
 
     @property
     def nbytes_moved(self) -> int:
@@ -92,8 +95,30 @@ class TransformKernel(Kernel):
         return 2 * 4 * n * c * h * w
 
 
-@functools.lru_cache(maxsize=None)
+_built: dict[tuple, TransformKernel] = {}  # (shape, src block, dst block) -> kernel, for the process
+
+
+def _key(shape_nchw, src_block: int | None, dst_block: int | None) -> tuple:
+    return tuple(int(x) for x in shape_nchw), src_block or None, dst_block or None
+
+
 def build_transform(shape_nchw: tuple[int, int, int, int], src_block: int | None,
                     dst_block: int | None) -> TransformKernel:
     """Generate, compile and cache the transform of an NCHW-shaped tensor between two blocks."""
-    return TransformKernel(tuple(int(x) for x in shape_nchw), src_block or None, dst_block or None)
+    key = _key(shape_nchw, src_block, dst_block)
+    if key not in _built:
+        _built[key] = TransformKernel(*key)
+    return _built[key]
+
+
+def build_transforms(keys: Iterable[tuple], per_module: int = 32) -> None:
+    """Compile the transforms of ``keys`` (``(shape, src block, dst block)``) not built yet,
+    ``per_module`` to an LLVM module (:func:`kernels.jit.compile_linked`: half the compile
+    time of one module each), into the cache :func:`build_transform` reads."""
+    todo = list(dict.fromkeys(k for k in (_key(*key) for key in keys) if k not in _built))
+    for start in range(0, len(todo), per_module):
+        part = todo[start:start + per_module]
+        names = [f"transform_{i}" for i in range(len(part))]
+        module = compile_linked([transform_ir(*k, name=n) for k, n in zip(part, names)])
+        for k, name in zip(part, names):
+            _built[k] = TransformKernel(*k, module=module, name=name)

@@ -158,14 +158,16 @@ def load_cached(keys: Iterable, *, cache_dir: str | os.PathLike | None = None) -
     return out
 
 
-def time_transform(key: Key, *, repeat: int = 15) -> float:
+def time_transform(key: Key, *, repeat: int = 9) -> float:
     """Median seconds of one compiled transform on random-filled buffers, timed as it runs in
     a network: its source warm (its producer just wrote it), its destination from memory (a
     freed buffer, last touched long ago; :func:`kernels.timing.cold_arrays` rotates copies).
     ResNet-50's 36 transforms, summed (znver3, session 6): 1.35 ms timed so, 1.37 in the
     network; 2.11 with a cache flush before each call (then the source read back), 1.04 warm
     back to back (on rocketlake warm read 0.50-0.59x and made the solver buy layout changes
-    that did not pay)."""
+    that did not pay). Repeats of 1 ms, 9 of them: 15 ms a transform, against 46 ms for 15 of
+    2 ms, at the same level (geomean 1.002x over 40 DenseNet-121 transforms, 4 rounds each)
+    and no wider spread (median sd of log time 2.3% against 2.9%; session 20)."""
     from kernels.layout_transform import build_transform
     from kernels.timing import cold_arrays, measure, random_array
 
@@ -173,7 +175,12 @@ def time_transform(key: Key, *, repeat: int = 15) -> float:
     t = build_transform(shape, src, dst)
     arrays = {"src": random_array(t.input_shape), "dst": random_array(t.output_shape, seed=1)}
     run = cold_arrays(t.bind, arrays, ["dst"])
-    return measure(run, min_repeat_ms=2, repeat=repeat, warmup=1).median_s
+    return measure(run, min_repeat_ms=1, repeat=repeat, warmup=1).median_s
+
+
+# Transforms compiled to one module before they are timed (kernels.layout_transform.build_transforms):
+# few enough that a stopped run loses little compiling, many enough to halve the compile time.
+BUILD_BATCH = 32
 
 
 def measure_transforms(
@@ -190,6 +197,9 @@ def measure_transforms(
     first), so a caller can keep it before the next one is measured."""
     from tqdm import tqdm
 
+    from kernels.layout_transform import build_transforms
+
+    built_here = measure_one is None  # time_transform: compile ahead, many to a module
     measure_one = measure_one or time_transform
     wanted = list(dict.fromkeys(normalize_key(k) for k in keys))
     out = load_cached(wanted, cache_dir=cache_dir)
@@ -201,7 +211,10 @@ def measure_transforms(
     if missing:
         sweep_stale_temps(path.parent)
     caching = True
-    for key in tqdm(missing, desc="layout transforms", unit="transform", disable=not progress or not missing):
+    for i, key in enumerate(tqdm(missing, desc="layout transforms", unit="transform",
+                                 disable=not progress or not missing)):
+        if built_here and i % BUILD_BATCH == 0:
+            build_transforms(missing[i:i + BUILD_BATCH])
         out[key] = float(measure_one(key))
         try:
             if caching:

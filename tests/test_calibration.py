@@ -383,21 +383,27 @@ def test_a_plan_with_a_fused_step_calibrates(monkeypatch, two_threads):
 
 
 def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, tmp_path, capsys, monkeypatch):
-    """`tune --calibrate` appends the plan's in-network ratios to the log; `solve` on the log
-    then picks the plan it picks with times taken alone, costed with those ratios (each conv
-    its log time x its ratio), measuring nothing; a log of another model's ratios is not used."""
+    """`tune` ends by appending the plan's in-network ratios to the log (a rerun that times
+    nothing new on a log that has them for the plan appends nothing; `--no-calibrate` skips
+    them); `solve` on the log then picks the plan it picks with times taken alone, costed with
+    those ratios (each conv its log time x its ratio), measuring nothing; a log of another
+    model's ratios is not used."""
     from graph_tuner.calibration import choices
     from graph_tuner.cli import main
     from graph_tuner.loading import load_model
     from graph_tuner.records import read_records
 
     log = tmp_path / "tiny.log"
-    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress", "--no-calibrate"]) == 0
     plain_log = log.read_bytes()
-    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress", "--calibrate"]) == 0
+    assert not read_records(log).network and "in-network" not in capsys.readouterr().out
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "calibrated in the network" in out and "in-network ratios:" in out
     assert log.read_bytes().startswith(plain_log)  # appended, nothing rewritten
+    calibrated = log.read_bytes()
+    assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
+    assert "the log has one for each" in capsys.readouterr().out and log.read_bytes() == calibrated
     network = read_records(log).network
     model = load_model(tiny_onnx)
     assert {r.kind for r in network} >= {"conv"} and {r.model for r in network} == {model.name}

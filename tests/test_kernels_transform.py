@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels.layout_transform import blocked_shape, build_transform, from_blocked, to_blocked
+from kernels.layout_transform import blocked_shape, build_transform, build_transforms, from_blocked, to_blocked
 
 
 def test_numpy_helpers_match_index_definition():
@@ -36,6 +36,23 @@ def test_random_transform(src, dst, h, w):
     out = np.empty(t.output_shape, np.float32)
     t(to_blocked(x, src), out)
     np.testing.assert_array_equal(from_blocked(out), x)
+
+
+def test_transforms_built_many_to_a_module():
+    # Several to one linked module, split over modules (per_module=3), each its own function:
+    # every one moves its own tensor, and build_transform hands back the batched kernel.
+    keys = [((1, 24, 2, 3 + i), src, dst) for i, (src, dst) in enumerate([(None, 8), (8, 4), (4, None), (3, 6),
+                                                                         (6, 24), (2, 12), (12, 2)])]
+    build_transforms(keys + keys[:2], per_module=3)
+    modules = {id(build_transform(*k)._module) for k in keys}
+    assert len(modules) == 3
+    for i, (shape, src, dst) in enumerate(keys):
+        x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+        t = build_transform(shape, src, dst)
+        assert t.name == f"transform_{i % 3}"
+        out = np.full(t.output_shape, np.nan, np.float32)
+        t(to_blocked(x, src), out)
+        np.testing.assert_array_equal(out, to_blocked(x, dst))
 
 
 def test_bad_block_rejected():

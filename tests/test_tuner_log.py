@@ -444,3 +444,23 @@ def test_a_sibling_is_searched_from_the_timings_before_it(tmp_path):
     tune_fake([(W3, 1)], tmp_path / "alone.log", trials=24, measure=lambda w, c: alone.setdefault(w, []).append(c)
               or untied(w, c), confirm=0)
     assert seen[W3] == alone[W3]
+
+
+def test_logging_measure_reads_the_log_once(tmp_path, monkeypatch):
+    # A lazy solve asks for transforms many times: the log is read for its transforms once,
+    # and the ones appended since are known without reading it again (appended once each).
+    import graph_tuner.tuning as tuning
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    tune_workloads([(W1, 1)], log, trials=10, measure=fake, progress=False, transforms=False, confirm=0)
+    keys = transform_keys([W1.data_shape], read_records(log).records, host_target())
+    reads = []
+    monkeypatch.setattr(tuning, "logged", lambda *a: reads.append(a) or logged(*a))
+    measured = []
+    measure, added = tuning.logging_measure(log, lambda k: measured.append(k) or 2e-5)
+    got = measure(keys[:2])
+    again = measure(keys)
+    assert len(reads) == 1 and added() == len(keys) == len(measured)
+    assert set(got) == set(keys[:2]) and set(again) == set(keys[2:])
+    assert len(read_records(log).transforms) == len(keys)

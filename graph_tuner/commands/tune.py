@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="For every distinct conv workload of MODEL, search AutoTVM's conv2d_NCHWc.x86 config "
                     "space (plus register-tile widths 3-16 it lacks) on this CPU and append one record per measurement to LOG (flushed line by line; "
                     "a rerun resumes where a run stopped), then append the layout transforms the model "
-                    "can need. The log is readable by TVM and by `graph-tuner solve`.")
+                    "can need and the plan's in-network ratios. The log is readable by TVM and by "
+                    "`graph-tuner solve`.")
     p.add_argument("model", metavar="MODEL", help="a zoo model name (see `graph-tuner models`) or an .onnx file")
     p.add_argument("-o", "--output", metavar="LOG", required=True,
                    help="the tuning log to append to (created with its folders if missing; "
@@ -31,10 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records, "
                         "to refresh a log after a kernel upgrade or on a calmer host")
-    p.add_argument("--calibrate", action="store_true",
-                   help="after tuning, run the plan `solve` picks here (9 rounds of profiles and alone re-timings, "
-                        "20-45 s on the bench models) and append each of its steps' in-network / alone ratio to LOG, "
-                        "so that `solve` costs that plan with what the network pays, measuring nothing")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip the last step: running the plan `solve` picks here (6 rounds of profiles and alone "
+                        "re-timings, 5-20 s on the bench models) and appending each of its steps' in-network / "
+                        "alone ratio to LOG, so that `solve` costs the plan with what the network pays (a rerun on "
+                        "a log that has them for the plan and times nothing new skips it too)")
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
                         "`dask worker ADDRESS --nthreads 1 --resources measure=1`; this process writes the log. "
@@ -48,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from graph_tuner.host_state import probe
     from graph_tuner.loading import load_model
     from graph_tuner.environment import check_cache_dir
-    from graph_tuner.tuning import DEFAULT_TRIALS, check_log, retime_model, tune_model
+    from graph_tuner.tuning import DEFAULT_TRIALS, calibrate_log, check_log, retime_model, tune_model
 
     if args.retime and (args.trials is not None or args.time_budget is not None):
         raise GraphTunerError("--retime does not search: drop --trials and --time-budget")
     trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if args.cluster:
-        if args.retime or args.calibrate:
-            raise GraphTunerError(f"{'--retime' if args.retime else '--calibrate'} runs on this machine: drop --cluster")
+        if args.retime:
+            raise GraphTunerError("--retime runs on this machine: drop --cluster")
         return run_on_cluster(args, trials)
     # Before anything runs (loading a big model, probing the host): the log must be a log,
     # and never the model itself (`tune model.onnx -o model.onnx` once cut bytes off it).
@@ -74,9 +76,11 @@ def run(args: argparse.Namespace) -> int:
         n = retime_model(model, args.output, progress=not args.no_progress, print_fn=print)
         print(f"re-timed {n} configs; log: {args.output}")
         print(f"host while re-timing: one-thread conv {before:.0f} GFLOP/s at the start, {probe():.0f} at the end")
-        return _calibrate(args, model)
+        if not args.no_calibrate:  # the alone times changed: their ratios are taken again
+            calibrate_log(model, args.output, print_fn=print)
+        return 0
     summaries = tune_model(model, args.output, trials=trials, time_budget=args.time_budget,
-                           progress=not args.no_progress, print_fn=print)
+                           progress=not args.no_progress, print_fn=print, calibrate=not args.no_calibrate)
     after = probe()
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
@@ -86,15 +90,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {len(loaded)} of {len(summaries)} workloads were timed while other processes used the cores "
               f"(up to {100 * max(s.others_share for s in loaded):.0f}%); run `graph-tuner tune {args.model} -o "
               f"{args.output} --retime` on a quiet machine to re-time their finalists")
-    return _calibrate(args, model)
-
-
-def _calibrate(args: argparse.Namespace, model) -> int:
-    """``--calibrate``: the plan's in-network ratios into the log (:func:`graph_tuner.tuning.calibrate_log`)."""
-    if args.calibrate:
-        from graph_tuner.tuning import calibrate_log
-
-        calibrate_log(model, args.output, print_fn=print)
     return 0
 
 
@@ -123,4 +118,6 @@ def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
     print(f"tuned {len(model_workloads(model))} workloads on {n} worker{'s' if n != 1 else ''} in "
           f"{result.wall_seconds:.1f} s (the cluster's overhead: {100 * result.overhead():.1f}% of the measuring "
           f"time); log{'s' if len(result.logs) > 1 else ''}: {logs}")
+    print(f"in-network ratios not taken (they are the machine's that runs the plan): `graph-tuner tune {args.model} "
+          f"-o LOG` on a machine of the log's CPU adds them, timing nothing else")
     return 0
