@@ -61,7 +61,7 @@ class GraphTuner:
         self.log = read_records(records, skip_bad_lines=skip_bad_lines)
         self.transforms = TransformCosts()
         self.step_ms: dict[str, dict[int, float]] | None = None  # the other steps' costs (benchmark_steps)
-        self.network = InNetworkCosts()  # the log's in-network ratios for this model (tune --calibrate)
+        self.network = InNetworkCosts()  # the log's in-network ratios for this model (written by tune)
         self.warnings: list[str] = list(getattr(self.log, "warnings", []))
         self.convs = self.model.convs()
         self.workloads = [self.model.workload(op) for op in self.convs]
@@ -216,7 +216,7 @@ class GraphTuner:
 
     def _in_network(self, plan: Plan, best: Callable) -> tuple[Plan, float]:
         """``plan`` (solved with the times taken alone) costed with the log's in-network ratios
-        (``tune --calibrate``), and its in-network / alone cost, which the baselines are scaled
+        (``tune``'s last step), and its in-network / alone cost, which the baselines are scaled
         by (solved with the times taken alone, they want only the transforms the log holds).
         The choice stays the alone-timed one: calibration kept it on four of the five bench
         models (benchmarks/README.md, session 19); the costs become what the network pays.
@@ -224,16 +224,16 @@ class GraphTuner:
         if not self.network:
             return plan, 1.0
         # The same configs; the joins and other steps may move to blocks cheaper in the network,
-        # measuring a transform the log lacks as any solve does (`tune --calibrate` appends those
+        # measuring a transform the log lacks as any solve does (`tune` appends those
         # its own solves want: tuning.settle_transforms).
         try:
             costed = best(self.network, only={lc.name: lc.candidate.config for lc in plan.layers})
         except GraphTunerError:  # not measuring (measure=False), and it wants a transform not known
-            plan.notes.append("the log's in-network ratios (tune --calibrate) would move this plan to a transform "
+            plan.notes.append("the log's in-network ratios (written by tune) would move this plan to a transform "
                               "not known here: its costs are times taken alone")
             return plan, 1.0
         left = self.network.unmeasured(costed)
-        costed.notes.append(f"costs in the network: the log's in-network ratios (tune --calibrate) for "
+        costed.notes.append(f"costs in the network: the log's in-network ratios (written by tune) for "
                             + (f"all but {left} of the plan's steps (those at their group's median ratio)" if left
                                else "every step of the plan")
                             + f"; taken alone, the plan costs {plan.cost:.3f} ms, and so do the baselines, "
@@ -242,7 +242,7 @@ class GraphTuner:
 
     def network_records(self, plan: Plan) -> list[dict]:
         """``plan``'s in-network ratios over this log's alone times, as records to append to
-        the log (:func:`graph_tuner.records.make_network_record`): ``tune --calibrate``."""
+        the log (:func:`graph_tuner.records.make_network_record`): ``tune``'s last step."""
         from graph_tuner.calibration import plan_ratios
         from graph_tuner.records import make_network_record
 

@@ -161,7 +161,7 @@ def plan_ratios(plan: Plan, conv_s: Mapping[tuple[str, object], float],
     """``plan``'s costs over the times taken alone, step by step: ``conv_s`` (layer, config)
     -> seconds (the log's), ``step_ms`` step -> block -> ms (the step benchmark's),
     ``transform_s`` key -> seconds. Each ratio turns a time taken alone into what ``plan``
-    says the network pays: what ``graph-tuner tune --calibrate`` writes into the log.
+    says the network pays: what ``graph-tuner tune`` writes into the log.
 
     >>> from graph_tuner.plan import StepChoice
     >>> plan = Plan("m", "llvm", [], [], {}, "dp", True, None, 0.0, steps=[StepChoice("pool", 16, 3.0)])

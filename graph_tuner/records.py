@@ -143,7 +143,7 @@ class TransformRecord(_Measured):
 @dataclass
 class NetworkRecord(_Measured):
     """How much slower than alone (the log's time) one step of ``model`` ran in the network
-    (``graph-tuner tune --calibrate``): ``costs`` holds that ratio, not seconds. ``kind``
+    (``graph-tuner tune``): ``costs`` holds that ratio, not seconds. ``kind``
     ``"conv"``: layer ``name`` at config ``key`` (a ``Conv2DConfig``); ``"step"``: another
     step ``name`` in block ``key``; ``"transform"``: ``key`` a transform's
     ``(NCHW shape, src block, dst block)``."""

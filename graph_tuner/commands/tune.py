@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "to refresh a log after a kernel upgrade or on a calmer host")
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip the last step: running the plan `solve` picks here (6 rounds of profiles and alone "
-                        "re-timings, 5-20 s on the bench models) and appending each of its steps' in-network / "
+                        "re-timings, 8-24 s on the bench models) and appending each of its steps' in-network / "
                         "alone ratio to LOG, so that `solve` costs the plan with what the network pays (a rerun on "
                         "a log that has them for the plan and times nothing new skips it too)")
     p.add_argument("--cluster", metavar="ADDRESS",
