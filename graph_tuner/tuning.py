@@ -612,6 +612,11 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
         added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
         print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
                  f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
+        # tune reads past a bad line (it only appends); `solve` refuses the log until it is fixed
+        for w in gt.log.warnings[:3]:
+            print_fn(f"warning: {w}; `graph-tuner solve` refuses the log until it is fixed (or --skip-bad-lines)")
+        if len(gt.log.warnings) > 3:
+            print_fn(f"warning: {len(gt.log.warnings) - 3} more bad lines skipped")
     if calibrate:
         calibrate_log(m, log_path, top_k=top_k, print_fn=print_fn,
                       if_needed=not any(s.new or s.confirmed for s in summaries))

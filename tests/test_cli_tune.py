@@ -169,3 +169,21 @@ def test_unwritable_cache_dir_exits_2_naming_the_variable(kind, tiny_onnx, tmp_p
     # own check what else cannot be written into (a folder root may not write either)
     assert err.startswith("graph-tuner: error: GRAPH_TUNER_CACHE_DIR=") and str(cache) in err
     assert len(err.splitlines()) == 1 and not log.exists()
+
+
+def test_a_bad_line_in_the_log_is_named_by_tune(tiny_onnx, tmp_path, monkeypatch, capsys):
+    # tune only appends, so it reads past a bad line, but says which line `solve` will refuse.
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("graph_tuner.tuning.model_timer", lambda m: lambda w, c: 1e-4 * c.ow_bn)
+    monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: 1e-5)
+    log = tmp_path / "t.log"
+    tune = ["tune", str(tiny_onnx), "-o", str(log), "--trials", "2", "--no-progress", "--no-calibrate"]
+    assert main(tune) == 0
+    lines = log.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"result": [[', '"result": [["x", ', 1)
+    log.write_text("".join(lines))
+    capsys.readouterr()
+    assert main(tune) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {log}:2: skipped, not a valid AutoTVM record" in out and "solve` refuses the log" in out
+    assert main(["solve", str(tiny_onnx), "--records", str(log), "-o", str(tmp_path / "o.log")]) == 2
