@@ -61,6 +61,7 @@ class GraphTuner:
         self.log = read_records(records, skip_bad_lines=skip_bad_lines)
         self.transforms = TransformCosts()
         self.step_ms: dict[str, dict[int, float]] | None = None  # the other steps' costs (benchmark_steps)
+        self.timed_steps: dict[tuple[str, int], float] = {}  # those of them timed here, not in the log
         self.network = InNetworkCosts()  # the log's in-network ratios for this model (written by tune)
         self.warnings: list[str] = list(getattr(self.log, "warnings", []))
         self.convs = self.model.convs()
@@ -124,7 +125,13 @@ class GraphTuner:
             return 0
         names = [s.ops[0] for s in costed_steps(self.model)]
         wanted = required_step_blocks(self.flow, self.all_candidates, self._blocks(), names)
-        self.step_ms = step_ms(self.model, wanted)
+        # The log's timings (`tune` writes them) first: a step timed anew at each solve moved
+        # near-ties between plans with its noise, and a solve then wanted a transform the log
+        # lacked (2 of 5 fresh logs, session 20). A later record of a step replaces an earlier.
+        logged = {(r.name, r.block): r.time * 1e3 for r in self.log.steps if r.model == self.model.name}
+        self.step_ms = step_ms(self.model, wanted, known=logged)
+        self.timed_steps = {(n, b): ms for n, bs in self.step_ms.items() for b, ms in bs.items()
+                            if (n, b) not in logged}
         return sum(len(v) for v in self.step_ms.values())
 
     # -- solving ---------------------------------------------------------------------

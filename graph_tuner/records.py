@@ -76,6 +76,7 @@ DEPTHWISE_TASKS = frozenset(t for t in CONV2D_TASKS if "depthwise" in t)
 LAYOUT_TRANSFORM_TASK = "layout_transform"
 IN_NETWORK_TASK = "graph_tuner_in_network"  # graph-tuner's own: a step's in-network / alone ratio
 IN_NETWORK_KINDS = ("conv", "step", "transform")
+STEP_TASK = "graph_tuner_step"  # graph-tuner's own: a step that is not a conv, timed alone in a block
 
 # What we write: TVM >= 0.7's record format and task names. The version string names the
 # TVM whose conv2d_NCHWc.x86 index space (kernels.config_space, "verbose" tile_ow) we match.
@@ -161,12 +162,30 @@ class NetworkRecord(_Measured):
 
 
 @dataclass
+class StepRecord(_Measured):
+    """Step ``name`` of ``model`` (pooling, elementwise, dense: not a conv) timed alone with
+    its tensors in ``block`` (:mod:`graph_tuner.executor.step_timing`), so that a solve
+    from the log costs it as the tune did, timing nothing (``costs`` in seconds)."""
+
+    target: str
+    model: str
+    name: str
+    block: int
+    costs: tuple[float, ...]
+    error_no: int
+    version: float
+    source: str = field(default="", compare=False)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass
 class RecordLog:
     """What :func:`read_records` found: usable records plus counts of what it skipped."""
 
     records: list[Record] = field(default_factory=list)
     transforms: list[TransformRecord] = field(default_factory=list)
     network: list[NetworkRecord] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
     skipped_bad: int = 0  # malformed lines/records (only with skip_bad_lines=True)
     skipped_error: int = 0  # measurements with error_no != 0
     unknown_tasks: Counter = field(default_factory=Counter)  # task name -> records skipped
@@ -188,6 +207,8 @@ class RecordLog:
         parts = [f"{len(self.records)} conv records", f"{len(self.transforms)} layout transforms"]
         if self.network:
             parts.append(f"{len(self.network)} in-network ratios")
+        if self.steps:
+            parts.append(f"{len(self.steps)} other steps' timings")
         skipped = []
         if self.skipped_error:
             skipped.append(f"{self.skipped_error} failed measurements (error_no != 0)")
@@ -366,6 +387,8 @@ def _add_object(log: RecordLog, obj: Mapping, where: str, skip: bool) -> None:
             log.transforms.append(_transform(env, obj, where))
         elif env["task"] == IN_NETWORK_TASK:
             log.network.append(_network(env, obj, where))
+        elif env["task"] == STEP_TASK:
+            log.steps.append(_step(env, obj, where))
         elif env["task"] not in CONV2D_TASKS:
             log.unknown_tasks[env["task"]] += 1
         else:
@@ -513,6 +536,15 @@ def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
                checks.integer(src, "src block", low=1, high=None), checks.integer(dst, "dst block", low=1, high=None))
     return NetworkRecord(target=env["target"], model=args[0], kind=kind, name=args[2], key=key, costs=env["costs"],
                          error_no=env["error_no"], version=env["version"], source=where, raw=dict(obj))
+
+
+def _step(env: dict, obj: Mapping, where: str) -> StepRecord:
+    args = env["args"]
+    if len(args) != 3 or not isinstance(args[0], str) or not isinstance(args[1], str):
+        raise checks.BadRecord(f"{STEP_TASK} needs [model, step name, block] arguments, got {show(args)}")
+    return StepRecord(target=env["target"], model=args[0], name=args[1],
+                      block=checks.integer(args[2], "step block", low=1, high=None), costs=env["costs"],
+                      error_no=env["error_no"], version=env["version"], source=where, raw=dict(obj))
 
 
 # --- what a log holds, for appending to it (graph_tuner.tuning) ---------------------------
@@ -841,6 +873,18 @@ def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float
     else:
         detail = [[int(x) for x in key[0]], int(key[1]), int(key[2])]
     return _v02(target, IN_NETWORK_TASK, [model, kind, name, detail], 0, entity, ratio, 0, 0.0, timestamp)
+
+
+def make_step_record(model: str, name: str, block: int, seconds: float, target: str, *,
+                     timestamp: float | None = None) -> dict:
+    """A ``graph_tuner_step`` record (:class:`StepRecord`): step ``name`` of ``model`` timed
+    alone in ``block``.
+
+    >>> st = read_records([make_step_record("net", "pool0", 16, 2e-5, "llvm", timestamp=0.0)]).steps[0]
+    >>> st.model, st.name, st.block, st.time
+    ('net', 'pool0', 16, 2e-05)
+    """
+    return _v02(target, STEP_TASK, [model, name, int(block)], 0, [], seconds, 0, 0.0, timestamp)
 
 
 def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp) -> dict:

@@ -704,7 +704,8 @@ def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, pa
 
 
 def _log_tuner(model, log_path: str | os.PathLike, top_k: int):
-    """A :class:`GraphTuner` on the log as ``solve`` sets it up, but for the transforms: the
+    """A :class:`GraphTuner` on the log as ``solve`` sets it up (the other steps timed alone
+    where the log has no timing of them, and those timings appended), but for the transforms: the
     log's only, so that each one a plan needs is appended to it (and a layer left with no
     record by a failed tuning gets the default schedule, so the others' transforms are still
     measured)."""
@@ -712,6 +713,13 @@ def _log_tuner(model, log_path: str | os.PathLike, top_k: int):
 
     gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
     gt.benchmark_steps()
+    if gt.timed_steps:  # into the log, so that every later solve costs them alike
+        from graph_tuner.records import format_record, make_step_record
+
+        with _open_log(prepare_log(log_path)) as log:
+            for (name, block), ms in gt.timed_steps.items():
+                log.write(format_record(make_step_record(gt.model.name, name, block, ms / 1e3, gt.target)) + "\n")
+            log.flush()
     return gt
 
 

@@ -464,3 +464,29 @@ def test_logging_measure_reads_the_log_once(tmp_path, monkeypatch):
     assert len(reads) == 1 and added() == len(keys) == len(measured)
     assert set(got) == set(keys[:2]) and set(again) == set(keys[2:])
     assert len(read_records(log).transforms) == len(keys)
+
+
+def test_the_other_steps_timings_go_into_the_log_and_a_solve_from_it_times_none(tmp_path, monkeypatch):
+    # tune appends each other step's alone timing (per block a plan could run it in); a
+    # solve from the log takes them as they are, timing no step, and picks the same plan.
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.executor import step_timing
+    from graph_tuner.tuning import tune_model
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    b = GraphBuilder("steps")
+    x = b.input((1, 8, 6, 6))
+    y = b.max_pool(b.relu(b.conv(x, 16, 3, padding=1, name="c1")), 2, 2)
+    m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c2")))
+    log = tmp_path / "steps.log"
+    tune_model(m, log, trials=4, measure=lambda w, c: 1e-4 * (1 + c.ow_bn % 3), progress=False, confirm=0)
+    steps = read_records(log).steps
+    first = GraphTuner(m, log)
+    monkeypatch.setattr(step_timing, "_time_step", lambda *a: pytest.fail("a logged step was timed again"))
+    first.benchmark_steps()
+    assert steps and {(s.name, s.block) for s in steps} == {(n, b) for n, bs in first.step_ms.items() for b in bs}
+    assert all(first.step_ms[s.name][s.block] == pytest.approx(s.time * 1e3) for s in steps)
+    assert not first.timed_steps and {s.model for s in steps} == {"steps"}
+    plan = first.solve(measure=True)
+    assert plan.steps and all(st.time_ms > 0 for st in plan.steps)

@@ -97,15 +97,20 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
 
 
 def step_ms(model: Model, wanted: Mapping[str, Iterable[int]], *, params: dict | None = None,
-            repeat: int = 15, memo: bool = True) -> dict[str, dict[int, float]]:
+            repeat: int = 15, memo: bool = True,
+            known: Mapping[tuple[str, int], float] | None = None) -> dict[str, dict[int, float]]:
     """``{step name: {block: ms}}`` for the steps (named by their first op) and blocks asked for
-    (``memo``: reuse this process's earlier timings of identical steps)."""
+    (``memo``: reuse this process's earlier timings of identical steps; ``known``: ms by
+    ``(name, block)`` already measured, a log's, taken as they are)."""
     steps = {s.ops[0]: s for s in costed_steps(model)}
-    params = model.params(0) if params is None else params
     out: dict[str, dict[int, float]] = {}
     for name, blocks in wanted.items():
         s = steps[name]
         for b in sorted(set(blocks)):
+            if known is not None and (name, b) in known:
+                out.setdefault(name, {})[b] = known[(name, b)]
+                continue
+            params = model.params(0) if params is None else params  # made only if something is timed
             key = _signature(model, s, b)
             if key not in _memo or not memo:
                 _memo[key] = _time_step(model, s, b, params, repeat)
