@@ -162,3 +162,16 @@ def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))
     assert main([*argv, "--transform-records", str(tmp_path / "nope.log")]) == 2
     assert "nope.log: no such file" in capsys.readouterr().err
+
+
+def test_a_run_whose_profile_and_median_disagree_says_so():
+    # A neighbour's phase between the timed runs and the profile: the report says the figures
+    # do not compare, and the JSON carries it; a run whose two agree within 5% says nothing.
+    from graph_tuner.executor.program import Profile, StepTime
+    from graph_tuner.plan_run import STEADY_MARGIN, RunResult
+
+    steps = [StepTime("c1", "conv", ["c1"], 2.0, 2.0), StepTime("pool", "pool", ["pool"], 1.0, 1.0)]
+    for median, steady in ((3.05, True), (3.0 / (1 + 2 * STEADY_MARGIN), False), (3.0 * 1.5, False)):
+        r = RunResult("m", 1, 2, median, median, 3.0, Profile(steps))
+        assert r.steady is steady and r.to_json()["steady"] is steady
+        assert ("the host's speed changed during the run" in r.report()) is not steady
