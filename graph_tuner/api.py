@@ -193,10 +193,9 @@ class GraphTuner:
             from graph_tuner.plan_run import InNetworkTimer
 
             self._check_calibration_cpu()
-            plan, cal = run_calibration(best, InNetworkTimer(self.model, self.model.params(0), rounds=calibration_rounds),
-                                        max_rounds=calibrate,
-                                        costs=costs)
-            plan.notes.append(cal.note)
+            timer = InNetworkTimer(self.model, self.model.params(0), rounds=calibration_rounds)
+            plan, cal = run_calibration(best, timer, max_rounds=calibrate, costs=costs)
+            plan.notes.extend([cal.note] + ([timer.slow_note] if timer.slow_note else []))
         scale = 1.0  # what the log's in-network ratios made of the plan's cost (:meth:`_in_network`)
         if not calibrate:
             plan, scale = self._in_network(best(costs), best)

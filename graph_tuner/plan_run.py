@@ -152,13 +152,31 @@ class InNetworkTimer:
 
     def __init__(self, model, params: dict | None = None, *, rounds: int = 3, repeat: int = 10):
         self.model, self.params, self.rounds, self.repeat = model, params, rounds, repeat
+        self.slow_note: str | None = None  # set when every run of a plan read it suspiciously slow
 
     def __call__(self, plan) -> dict[str, tuple[float, float]]:
-        """``{profile step name: (in-network / alone ratio, alone ms)}``, each the median over rounds."""
+        """``{profile step name: (in-network / alone ratio, alone ms)}``, each the median over
+        rounds. A run whose whole plan ran more than :data:`SUSPECT_RATIO` times its steps'
+        alone times is run once more, and the run with the lower whole ratio is kept: a
+        neighbour on a shared host only slows the network, and one that does so for a whole
+        run is not seen by :func:`_calm` (session 20: MobileNet-v2's early depthwise convs got
+        ratios of 2.7 and 3.2 in one, 1.1-1.3 in seven runs of the same plan minutes later)."""
         from graph_tuner.executor import compile_model
 
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
+        first = self._run(prog, plan)
+        if whole_ratio(first) <= SUSPECT_RATIO:
+            return first
+        kept = min(first, self._run(prog, plan), key=whole_ratio)
+        if whole_ratio(kept) > SUSPECT_RATIO:
+            self.slow_note = (f"calibration: the network ran the plan {whole_ratio(kept):.2f}x its steps' alone times in "
+                              f"both runs (calm runs of the bench models: 0.89-1.04x); on a shared host a neighbour can "
+                              f"do that: check the plan with `graph-tuner run`")
+        return kept
+
+    def _run(self, prog, plan) -> dict[str, tuple[float, float]]:
+        """One run of the rounds: ``{name: (ratio, alone ms)}``, medians over the rounds."""
         ratios: dict[str, list[float]] = {}
         alone: dict[str, list[float]] = {}
         run_by = _run_by(prog, plan)
@@ -201,6 +219,22 @@ class InNetworkTimer:
                         timed.setdefault(name, []).append(((before[step] + after[step]) / 2, alone, state))
                 before, pending, started = after, [], clock()
             yield timed
+
+
+# A calibration run whose whole plan ran more than this times its steps' alone times is run
+# again (InNetworkTimer): calm runs of the five bench models read 0.89-1.04 (session 20), and
+# runs a neighbour's phase hit 1.12 (MobileNet-v2) and 1.33 (DenseNet-121).
+SUSPECT_RATIO = 1.10
+
+
+def whole_ratio(measured: dict[str, tuple[float, float]]) -> float:
+    """The whole plan's in-network / alone time from a run's ``{name: (ratio, alone ms)}``.
+
+    >>> whole_ratio({"a": (1.0, 3.0), "b": (2.0, 1.0)})
+    1.25
+    """
+    alone = sum(ms for _, ms in measured.values())
+    return sum(r * ms for r, ms in measured.values()) / alone if alone > 0 else 1.0
 
 
 # A re-timing counts if the profiles around it ran the whole program within this of the

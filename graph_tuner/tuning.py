@@ -678,7 +678,8 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
             log.write(format_record(rec) + "\n")
         log.flush()
     settle_transforms(m, log_path, top_k=top_k)
-    print_fn(next(n for n in plan.notes if "calibrat" in n))
+    for note in (n for n in plan.notes if n.startswith("calibrat")):
+        print_fn(note)
     print_fn(f"in-network ratios: {len(records)} records for the plan's {len(plan.layers)} convs, "
              f"{len(plan.steps)} other steps and {len({t.key for t in plan.transforms})} transforms; "
              f"the plan costs {plan.cost:.3f} ms in the network")
