@@ -107,12 +107,20 @@ def test_output_that_is_a_directory_exits_2_naming_it(tiny_onnx, tmp_path, capsy
     assert err == f"graph-tuner: error: -o {tmp_path} is a folder; give a file path"
 
 
-def test_a_log_with_a_torn_last_line_is_repaired_and_resumed(tiny_onnx, tmp_path, monkeypatch):
+@pytest.fixture
+def fake_tune(tiny_onnx, tmp_path, monkeypatch):
+    """A log path and the `tune` arguments that fill it fast: conv and transform timings faked,
+    no calibration."""
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr("graph_tuner.tuning.model_timer", lambda m: lambda w, c: 1e-4 * c.ow_bn)
     monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: 1e-5)
     log = tmp_path / "t.log"
     tune = ["tune", str(tiny_onnx), "-o", str(log), "--trials", "2", "--no-progress", "--no-calibrate"]
+    return log, tune
+
+
+def test_a_log_with_a_torn_last_line_is_repaired_and_resumed(fake_tune):
+    log, tune = fake_tune
     assert main(tune) == 0
     whole = log.read_text()
     lines = whole.splitlines(keepends=True)
@@ -171,13 +179,9 @@ def test_unwritable_cache_dir_exits_2_naming_the_variable(kind, tiny_onnx, tmp_p
     assert len(err.splitlines()) == 1 and not log.exists()
 
 
-def test_a_bad_line_in_the_log_is_named_by_tune(tiny_onnx, tmp_path, monkeypatch, capsys):
+def test_a_bad_line_in_the_log_is_named_by_tune(fake_tune, tiny_onnx, tmp_path, capsys):
     # tune only appends, so it reads past a bad line, but says which line `solve` will refuse.
-    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("graph_tuner.tuning.model_timer", lambda m: lambda w, c: 1e-4 * c.ow_bn)
-    monkeypatch.setattr("kernels.transform_bench.time_transform", lambda key: 1e-5)
-    log = tmp_path / "t.log"
-    tune = ["tune", str(tiny_onnx), "-o", str(log), "--trials", "2", "--no-progress", "--no-calibrate"]
+    log, tune = fake_tune
     assert main(tune) == 0
     lines = log.read_text().splitlines(keepends=True)
     lines[1] = lines[1].replace('"result": [[', '"result": [["x", ', 1)
