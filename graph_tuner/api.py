@@ -115,10 +115,12 @@ class GraphTuner:
         """Fill missing transform costs from a per-element model fitted on the known ones."""
         return self.transforms.estimate_missing(self.required_transforms())
 
-    def benchmark_steps(self) -> int:
+    def benchmark_steps(self, fresh: bool = False) -> int:
         """Time the steps that are not convs (pooling, elementwise, dense, ...) in every block
         a plan could run them in, so the objective and the prediction cover the whole network
-        (:mod:`graph_tuner.executor.step_timing`). Returns how many (step, block) costs."""
+        (:mod:`graph_tuner.executor.step_timing`), but for those the log has timings of
+        (``fresh``: all, none taken from the log or this process's earlier timings). Returns
+        how many (step, block) costs."""
         from graph_tuner.executor.step_timing import costed_steps, step_ms
 
         if self.kind != "llvm":
@@ -128,8 +130,9 @@ class GraphTuner:
         # The log's timings (`tune` writes them) first: a step timed anew at each solve moved
         # near-ties between plans with its noise, and a solve then wanted a transform the log
         # lacked (2 of 5 fresh logs, session 20). A later record of a step replaces an earlier.
-        logged = {(r.name, r.block): r.time * 1e3 for r in self.log.steps if r.model == self.model.name}
-        self.step_ms = step_ms(self.model, wanted, known=logged)
+        logged = {} if fresh else {(r.name, r.block): r.time * 1e3 for r in self.log.steps
+                                   if r.model == self.model.name}
+        self.step_ms = step_ms(self.model, wanted, known=logged, memo=not fresh)
         self.timed_steps = {(n, b): ms for n, bs in self.step_ms.items() for b, ms in bs.items()
                             if (n, b) not in logged}
         return sum(len(v) for v in self.step_ms.values())

@@ -171,7 +171,7 @@ class InNetworkTimer:
         kept = min(first, self._run(prog, plan), key=whole_ratio)
         if whole_ratio(kept) > SUSPECT_RATIO:
             self.slow_note = (f"calibration: the network ran the plan {whole_ratio(kept):.2f}x its steps' alone times in "
-                              f"both runs (calm runs of the bench models: 0.89-1.04x); on a shared host a neighbour can "
+                              f"both runs (calm runs of the bench models on a Zen 4 EPYC: 0.89-1.04x); on a shared host a neighbour can "
                               f"do that: check the plan with `graph-tuner run`")
         return kept
 

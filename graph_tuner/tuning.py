@@ -704,16 +704,17 @@ def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, pa
     return added(), gt, plan
 
 
-def _log_tuner(model, log_path: str | os.PathLike, top_k: int):
+def _log_tuner(model, log_path: str | os.PathLike, top_k: int, *, fresh_steps: bool = False):
     """A :class:`GraphTuner` on the log as ``solve`` sets it up (the other steps timed alone
     where the log has no timing of them, and those timings appended), but for the transforms: the
     log's only, so that each one a plan needs is appended to it (and a layer left with no
     record by a failed tuning gets the default schedule, so the others' transforms are still
-    measured)."""
+    measured). ``fresh_steps``: every step timed again (``--retime``; a later record of a step
+    replaces an earlier)."""
     from graph_tuner.api import GraphTuner
 
     gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
-    gt.benchmark_steps()
+    gt.benchmark_steps(fresh=fresh_steps)
     if gt.timed_steps:  # into the log, so that every later solve costs them alike
         from graph_tuner.records import format_record, make_step_record
 
@@ -726,13 +727,15 @@ def _log_tuner(model, log_path: str | os.PathLike, top_k: int):
 
 def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     """:func:`retime_workloads` over a model's distinct conv workloads, each timed with the
-    fused epilogue its layers run."""
+    fused epilogue its layers run; then the other steps timed again into the log."""
     from graph_tuner.loading import load_model
 
     m = load_model(model)
     if kwargs.get("measure") is None:
         kwargs["measure"] = model_timer(m)
-    return retime_workloads(model_workloads(m), log_path, **kwargs)
+    n = retime_workloads(model_workloads(m), log_path, **kwargs)
+    _log_tuner(m, log_path, 20, fresh_steps=True)  # the other steps' timings too, appended
+    return n
 
 
 def model_workloads(model) -> list[tuple[Conv2DWorkload, int]]:

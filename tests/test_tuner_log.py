@@ -490,3 +490,13 @@ def test_the_other_steps_timings_go_into_the_log_and_a_solve_from_it_times_none(
     assert not first.timed_steps and {s.model for s in steps} == {"steps"}
     plan = first.solve(measure=True)
     assert plan.steps and all(st.time_ms > 0 for st in plan.steps)
+    # --retime times them again (appended: a later record replaces an earlier one).
+    from graph_tuner.tuning import retime_model
+
+    monkeypatch.setattr(step_timing, "_time_step", lambda *a: 0.5)
+    retime_model(m, log, measure=lambda w, c: 1e-4, progress=False)
+    monkeypatch.setattr(step_timing, "_time_step", lambda *a: pytest.fail("a logged step was timed again"))
+    again = GraphTuner(m, log)
+    again.benchmark_steps()
+    assert len(read_records(log).steps) == 2 * len(steps)
+    assert all(ms == 0.5 for bs in again.step_ms.values() for ms in bs.values())
