@@ -121,7 +121,7 @@ class GraphTuner:
         (:mod:`graph_tuner.executor.step_timing`), but for those the log has timings of
         (``fresh``: all, none taken from the log or this process's earlier timings). Returns
         how many (step, block) costs."""
-        from graph_tuner.executor.step_timing import costed_steps, step_ms
+        from graph_tuner.executor.step_timing import costed_steps, forget_timings, step_identity, step_ms
 
         if self.kind != "llvm":
             return 0
@@ -130,9 +130,12 @@ class GraphTuner:
         # The log's timings (`tune` writes them) first: a step timed anew at each solve moved
         # near-ties between plans with its noise, and a solve then wanted a transform the log
         # lacked (2 of 5 fresh logs, session 20). A later record of a step replaces an earlier.
+        if fresh:
+            forget_timings()
+        ids = {n: step_identity(self.model, n) for n in names}
         logged = {} if fresh else {(r.name, r.block): r.time * 1e3 for r in self.log.steps
-                                   if r.model == self.model.name}
-        self.step_ms = step_ms(self.model, wanted, known=logged, memo=not fresh)
+                                   if r.model == self.model.name and r.identity == ids.get(r.name)}
+        self.step_ms = step_ms(self.model, wanted, known=logged)
         self.timed_steps = {(n, b): ms for n, bs in self.step_ms.items() for b, ms in bs.items()
                             if (n, b) not in logged}
         return sum(len(v) for v in self.step_ms.values())
@@ -248,6 +251,15 @@ class GraphTuner:
                             + f"; taken alone, the plan costs {plan.cost:.3f} ms, and so do the baselines, "
                               f"scaled by {costed.cost / plan.cost:.3f}")
         return costed, costed.cost / plan.cost
+
+    def step_records(self) -> list[dict]:
+        """The other steps' timings :meth:`benchmark_steps` took here (not from the log), as
+        records to append to the log (:func:`graph_tuner.records.make_step_record`)."""
+        from graph_tuner.executor.step_timing import step_identity
+        from graph_tuner.records import make_step_record
+
+        return [make_step_record(self.model.name, name, block, step_identity(self.model, name), ms / 1e3, self.target)
+                for (name, block), ms in self.timed_steps.items()]
 
     def network_records(self, plan: Plan) -> list[dict]:
         """``plan``'s in-network ratios over this log's alone times, as records to append to

@@ -163,6 +163,7 @@ class InNetworkTimer:
         ratios of 2.7 and 3.2 in one, 1.1-1.3 in seven runs of the same plan minutes later)."""
         from graph_tuner.executor import compile_model
 
+        self.slow_note = None  # about this plan's runs only
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         first = self._run(prog, plan)
@@ -171,8 +172,9 @@ class InNetworkTimer:
         kept = min(first, self._run(prog, plan), key=whole_ratio)
         if whole_ratio(kept) > SUSPECT_RATIO:
             self.slow_note = (f"calibration: the network ran the plan {whole_ratio(kept):.2f}x its steps' alone times in "
-                              f"both runs (calm runs of the bench models on a Zen 4 EPYC: 0.89-1.04x); on a shared host a neighbour can "
-                              f"do that: check the plan with `graph-tuner run`")
+                              f"both of two runs (calm runs of the bench models on a Zen 4 EPYC: 0.89-1.04x): this "
+                              f"network pays that here, or a neighbour on a shared host slowed both runs; "
+                              f"`graph-tuner run` of the plan tells which")
         return kept
 
     def _run(self, prog, plan) -> dict[str, tuple[float, float]]:

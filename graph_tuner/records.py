@@ -164,13 +164,17 @@ class NetworkRecord(_Measured):
 @dataclass
 class StepRecord(_Measured):
     """Step ``name`` of ``model`` (pooling, elementwise, dense: not a conv) timed alone with
-    its tensors in ``block`` (:mod:`graph_tuner.executor.step_timing`), so that a solve
-    from the log costs it as the tune did, timing nothing (``costs`` in seconds)."""
+    its tensors in ``block`` (:mod:`graph_tuner.executor.step_timing`), so that a solve from
+    the log costs it as the tune did, timing nothing (``costs`` in seconds). ``identity``
+    (:func:`~graph_tuner.executor.step_timing.step_identity`) tells one batch size or version
+    of a model from another under one name; None in the three-argument records of one early
+    version, which are read but never matched."""
 
     target: str
     model: str
     name: str
     block: int
+    identity: str | None
     costs: tuple[float, ...]
     error_no: int
     version: float
@@ -540,10 +544,13 @@ def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
 
 def _step(env: dict, obj: Mapping, where: str) -> StepRecord:
     args = env["args"]
-    if len(args) != 3 or not isinstance(args[0], str) or not isinstance(args[1], str):
-        raise checks.BadRecord(f"{STEP_TASK} needs [model, step name, block] arguments, got {show(args)}")
+    if (len(args) not in (3, 4) or not isinstance(args[0], str) or not isinstance(args[1], str)
+            or (len(args) == 4 and not isinstance(args[3], str))):
+        raise checks.BadRecord(f"{STEP_TASK} needs [model, step name, block, step identity] arguments, "
+                               f"got {show(args)}")
     return StepRecord(target=env["target"], model=args[0], name=args[1],
-                      block=checks.integer(args[2], "step block", low=1, high=None), costs=env["costs"],
+                      block=checks.integer(args[2], "step block", low=1, high=None),
+                      identity=args[3] if len(args) == 4 else None, costs=env["costs"],
                       error_no=env["error_no"], version=env["version"], source=where, raw=dict(obj))
 
 
@@ -875,16 +882,16 @@ def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float
     return _v02(target, IN_NETWORK_TASK, [model, kind, name, detail], 0, entity, ratio, 0, 0.0, timestamp)
 
 
-def make_step_record(model: str, name: str, block: int, seconds: float, target: str, *,
+def make_step_record(model: str, name: str, block: int, identity: str, seconds: float, target: str, *,
                      timestamp: float | None = None) -> dict:
-    """A ``graph_tuner_step`` record (:class:`StepRecord`): step ``name`` of ``model`` timed
-    alone in ``block``.
+    """A ``graph_tuner_step`` record (:class:`StepRecord`): step ``name`` of ``model`` (what it
+    computes digested in ``identity``) timed alone in ``block``.
 
-    >>> st = read_records([make_step_record("net", "pool0", 16, 2e-5, "llvm", timestamp=0.0)]).steps[0]
-    >>> st.model, st.name, st.block, st.time
-    ('net', 'pool0', 16, 2e-05)
+    >>> st = read_records([make_step_record("net", "pool0", 16, "0123abcd4567", 2e-5, "llvm")]).steps[0]
+    >>> st.model, st.name, st.block, st.identity, st.time
+    ('net', 'pool0', 16, '0123abcd4567', 2e-05)
     """
-    return _v02(target, STEP_TASK, [model, name, int(block)], 0, [], seconds, 0, 0.0, timestamp)
+    return _v02(target, STEP_TASK, [model, name, int(block), identity], 0, [], seconds, 0, 0.0, timestamp)
 
 
 def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp) -> dict:

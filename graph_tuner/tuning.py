@@ -618,16 +618,17 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
         if len(gt.log.warnings) > 3:
             print_fn(f"warning: {len(gt.log.warnings) - 3} more bad lines skipped")
     if calibrate:
-        calibrate_log(m, log_path, top_k=top_k, print_fn=print_fn,
+        calibrate_log(m, log_path, top_k=top_k, print_fn=print_fn, measure_transform=measure_transform,
                       if_needed=not any(s.new or s.confirmed for s in summaries))
     return summaries
 
 
 def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | None = None) -> tuple[Callable, Callable]:
     """A ``measure`` for :meth:`GraphTuner.solve` that appends each transform it times to the
-    log (:func:`append_transforms`), and a count of those appended so far. The log's
-    transforms are read once, not at every call: a lazy solve of DenseNet-121 asks 28 times,
-    and reading its log each time took 7 of the 35 s its transforms took (session 20)."""
+    log (:func:`append_transforms`), and a count of those appended so far. The log is parsed
+    for its transforms once, not at every call (each call still checks its tail): a lazy solve
+    of DenseNet-121 asks 28 times, and parsing its log each time took 7 of the 35 s its
+    transforms took (session 20)."""
     added = [0]
     present: list[set[str]] = []
 
@@ -652,32 +653,35 @@ CALIBRATION_ROUNDS = 6
 
 
 def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None,
-                  if_needed: bool = False) -> int:
+                  if_needed: bool = False, measure_transform: Callable | None = None) -> int:
     """The last step of ``tune``: solve the log as ``solve`` does (times taken alone), run that
     plan here (:class:`graph_tuner.plan_run.InNetworkTimer`) and append each of its steps'
     in-network / alone ratios to the log as a record (:meth:`GraphTuner.network_records`),
     flushed. A later ``solve`` on the log picks the same configs and costs them with those,
     measuring nothing (:func:`settle_transforms`). ``if_needed``: not if the log already has
-    a ratio for every step of the plan it solves to. Returns how many records were appended."""
+    a ratio for every step of the plan it solves to. ``measure_transform``: times a transform
+    a solve wants (default: this CPU's cache, else timed here). Returns how many records were
+    appended."""
     from graph_tuner.loading import load_model
     from graph_tuner.records import format_record
 
     m = load_model(model)
     gt = _log_tuner(m, log_path, top_k)
     if if_needed and gt.network:
-        solved = gt.solve(measure=logging_measure(log_path)[0])
+        solved = gt.solve(measure=logging_measure(log_path, measure_transform)[0])
         if not gt.network.unmeasured(solved):
             print_fn(f"in-network ratios: the log has one for each of the plan's {len(solved.layers)} convs, "
                      f"{len(solved.steps)} other steps and {len({t.key for t in solved.transforms})} transforms")
             return 0
     # One run of the alone-timed plan, costed by it (CALIBRATION_ROUNDS).
-    plan = gt.solve(measure=logging_measure(log_path)[0], calibrate=1, calibration_rounds=CALIBRATION_ROUNDS)
+    plan = gt.solve(measure=logging_measure(log_path, measure_transform)[0], calibrate=1,
+                    calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
     with _open_log(prepare_log(log_path)) as log:
         for rec in records:
             log.write(format_record(rec) + "\n")
         log.flush()
-    settle_transforms(m, log_path, top_k=top_k)
+    settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
     for note in (n for n in plan.notes if n.startswith("calibrat")):
         print_fn(note)
     print_fn(f"in-network ratios: {len(records)} records for the plan's {len(plan.layers)} convs, "
@@ -690,10 +694,10 @@ def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, pa
                       measure_transform: Callable | None = None) -> tuple[int, Any, Any]:
     """Solve the log as ``solve`` does (other steps costed, in-network ratios applied),
     appending every transform the solve wants (from this CPU's cache, or measured), until a
-    solve wants none (at most ``passes`` solves). Each solve times the other steps anew, which
-    can move near-ties to plans with other transforms: a log whose transforms were settled
-    without the other steps' costs still had Inception-v3's solve measure 5 (session 19).
-    Returns how many were appended, the last solve's :class:`GraphTuner` and plan."""
+    solve wants none (at most ``passes`` solves). The first solve appends the other steps'
+    timings (:func:`_log_tuner`); later ones take them from the log. A log whose transforms
+    were settled without the other steps' costs still had Inception-v3's solve measure 5
+    (session 19). Returns how many were appended, the last solve's :class:`GraphTuner` and plan."""
     measure, added = logging_measure(log_path, measure_transform)
     for _ in range(passes):
         before = added()
@@ -716,11 +720,11 @@ def _log_tuner(model, log_path: str | os.PathLike, top_k: int, *, fresh_steps: b
     gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
     gt.benchmark_steps(fresh=fresh_steps)
     if gt.timed_steps:  # into the log, so that every later solve costs them alike
-        from graph_tuner.records import format_record, make_step_record
+        from graph_tuner.records import format_record
 
         with _open_log(prepare_log(log_path)) as log:
-            for (name, block), ms in gt.timed_steps.items():
-                log.write(format_record(make_step_record(gt.model.name, name, block, ms / 1e3, gt.target)) + "\n")
+            for rec in gt.step_records():
+                log.write(format_record(rec) + "\n")
             log.flush()
     return gt
 

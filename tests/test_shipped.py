@@ -57,3 +57,16 @@ def test_a_folder_of_logs_gives_this_cpus(tmp_path):
     assert shipped.folder_log(f"{tmp_path}/", "m") == mine
     (tmp_path / host / "g.log.gz").write_bytes(b"")
     assert shipped.folder_log(tmp_path, "g") == tmp_path / host / "g.log.gz"
+
+
+@pytest.mark.parametrize("model", ["resnet-18", "resnet-50", "mobilenet-v2", "inception-v3", "densenet-121"])
+def test_the_zen4_bench_logs_time_every_step_a_solve_costs(model, monkeypatch):
+    # One log, one plan: a solve from these logs takes every other step's timing from the log
+    # (graph_tuner_step records), so no step's timing noise can move a near-tie.
+    from graph_tuner.api import GraphTuner
+    from graph_tuner.executor import step_timing
+
+    log = next(p for p in (shipped.DATA_DIR / "znver4").iterdir() if p.name.split(".log")[0] == model)
+    monkeypatch.setattr(step_timing, "_time_step", lambda *a: pytest.fail("a step the log lacks was timed"))
+    gt = GraphTuner(model, log)
+    assert gt.benchmark_steps() > 0 and not gt.timed_steps

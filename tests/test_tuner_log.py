@@ -475,10 +475,13 @@ def test_the_other_steps_timings_go_into_the_log_and_a_solve_from_it_times_none(
     from graph_tuner.tuning import tune_model
 
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
-    b = GraphBuilder("steps")
-    x = b.input((1, 8, 6, 6))
-    y = b.max_pool(b.relu(b.conv(x, 16, 3, padding=1, name="c1")), 2, 2)
-    m = b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c2")))
+    def build(batch: int):
+        b = GraphBuilder("steps")
+        x = b.input((batch, 8, 6, 6))
+        y = b.max_pool(b.relu(b.conv(x, 16, 3, padding=1, name="c1")), 2, 2)
+        return b.build(b.global_avg_pool(b.conv(y, 16, 3, padding=1, name="c2")))
+
+    m = build(1)
     log = tmp_path / "steps.log"
     tune_model(m, log, trials=4, measure=lambda w, c: 1e-4 * (1 + c.ow_bn % 3), progress=False, confirm=0)
     steps = read_records(log).steps
@@ -500,3 +503,14 @@ def test_the_other_steps_timings_go_into_the_log_and_a_solve_from_it_times_none(
     again.benchmark_steps()
     assert len(read_records(log).steps) == 2 * len(steps)
     assert all(ms == 0.5 for bs in again.step_ms.values() for ms in bs.values())
+    # The same model at batch 2, under the same name: its steps' shapes differ, so none is taken.
+    monkeypatch.setattr(step_timing, "_time_step", lambda *a: 0.25)
+    other = GraphTuner(build(2), log, fallback=True)
+    other.benchmark_steps()
+    assert other.timed_steps and all(ms == 0.25 for ms in other.timed_steps.values())
+    # A record of the early three-argument form is read, never matched.
+    from graph_tuner.records import make_step_record
+
+    legacy = make_step_record("steps", steps[0].name, steps[0].block, "x", 1e-3, host_target())
+    legacy["input"][2] = legacy["input"][2][:3]
+    assert read_records([legacy]).steps[0].identity is None

@@ -20,6 +20,7 @@ process. Concats at batch 1 and reshapes are views (:mod:`.memory`): they cost n
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 from typing import Iterable, Mapping
 
@@ -49,6 +50,26 @@ def costed_steps(model: Model) -> list[Step]:
 def _signature(model: Model, s: Step, block: int) -> tuple:
     ops = tuple((model.op(n).kind, repr(sorted(model.op(n).attrs.items())), tuple(model.op(n).shape)) for n in s.ops)
     return ops, tuple(tuple(model.op(i).shape) for i in s.inputs), block
+
+
+def step_identity(model: Model, name: str) -> str:
+    """A short digest of what step ``name`` computes (its ops' kinds, attributes and shapes,
+    its inputs' shapes): what tells a logged timing of it from one of another batch size or
+    version of a model under the same name.
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> m = b.build(b.max_pool(b.conv(b.input((1, 3, 8, 8)), 16, 3, padding=1), 2, 2))
+    >>> len(step_identity(m, "max_pool2"))
+    12
+    """
+    s = next(s for s in costed_steps(model) if s.ops[0] == name)
+    return hashlib.sha1(repr(_signature(model, s, 1)[:2]).encode()).hexdigest()[:12]
+
+
+def forget_timings() -> None:
+    """Forget this process's step timings (``--retime`` times every step again)."""
+    _memo.clear()
 
 
 def _blocked(shape, block: int) -> tuple[int, ...]:
