@@ -674,6 +674,8 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
                      f"{len(solved.steps)} other steps and {len({t.key for t in solved.transforms})} transforms")
             return 0
     # One run of the alone-timed plan, costed by it (CALIBRATION_ROUNDS).
+    print_fn(f"in-network ratios: running the plan here, {CALIBRATION_ROUNDS} rounds of profiles and alone "
+             "re-timings ...")
     plan = gt.solve(measure=logging_measure(log_path, measure_transform)[0], calibrate=1,
                     calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
