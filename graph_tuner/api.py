@@ -121,7 +121,7 @@ class GraphTuner:
         (:mod:`graph_tuner.executor.step_timing`), but for those the log has timings of
         (``fresh``: all, none taken from the log or this process's earlier timings). Returns
         how many (step, block) costs."""
-        from graph_tuner.executor.step_timing import costed_steps, forget_timings, step_identity, step_ms
+        from graph_tuner.executor.step_timing import costed_steps, forget_timings, step_identities, step_ms
 
         if self.kind != "llvm":
             return 0
@@ -132,7 +132,7 @@ class GraphTuner:
         # lacked (2 of 5 fresh logs, session 20). A later record of a step replaces an earlier.
         if fresh:
             forget_timings()
-        ids = {n: step_identity(self.model, n) for n in names}
+        ids = step_identities(self.model)
         logged = {} if fresh else {(r.name, r.block): r.time * 1e3 for r in self.log.steps
                                    if r.model == self.model.name and r.identity == ids.get(r.name)}
         self.step_ms = step_ms(self.model, wanted, known=logged)
@@ -255,10 +255,11 @@ class GraphTuner:
     def step_records(self) -> list[dict]:
         """The other steps' timings :meth:`benchmark_steps` took here (not from the log), as
         records to append to the log (:func:`graph_tuner.records.make_step_record`)."""
-        from graph_tuner.executor.step_timing import step_identity
+        from graph_tuner.executor.step_timing import step_identities
         from graph_tuner.records import make_step_record
 
-        return [make_step_record(self.model.name, name, block, step_identity(self.model, name), ms / 1e3, self.target)
+        ids = step_identities(self.model)
+        return [make_step_record(self.model.name, name, block, ids[name], ms / 1e3, self.target)
                 for (name, block), ms in self.timed_steps.items()]
 
     def network_records(self, plan: Plan) -> list[dict]:

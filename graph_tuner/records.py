@@ -85,11 +85,19 @@ TVM_VERSION = "0.10.0"
 _TYPOGRAPHIC_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": '"', "\u2019": '"'})
 
 
+@dataclass
 class _Measured:
-    """What records and transform records share: a target and measured costs."""
+    """What every kind of record shares: a target and measured costs, then (keyword-only,
+    after each kind's own fields) the error number, the log version, where it was read
+    (``"file:line"``) and the parsed JSON object (``raw``, so writing keeps the input's
+    content); neither of the last two takes part in equality."""
 
     target: str
-    costs: tuple[float, ...]
+    costs: tuple[float, ...] = field(kw_only=True)
+    error_no: int = field(kw_only=True)
+    version: float = field(kw_only=True)  # 0.1 or 0.2
+    source: str = field(default="", compare=False, kw_only=True)
+    raw: dict = field(default_factory=dict, compare=False, repr=False, kw_only=True)
 
     @property
     def time(self) -> float:
@@ -108,37 +116,22 @@ class Record(_Measured):
     """One successful conv2d measurement from an AutoTVM log.
 
     ``entity`` maps knob name -> value as written (``[-1, inner]`` or ``[outer, inner]``
-    for splits). ``raw`` is the parsed JSON object, so writing keeps the input's content;
-    ``source`` is ``"file:line"``. Neither takes part in equality.
+    for splits).
     """
 
-    target: str
     task_name: str
     workload: Conv2DWorkload
     config_index: int
     entity: dict[str, Any]
-    costs: tuple[float, ...]
-    error_no: int
-    version: float  # 0.1 or 0.2
-    source: str = field(default="", compare=False)
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-
 
 
 @dataclass
 class TransformRecord(_Measured):
     """A measured ``layout_transform`` of a float32 tensor ``shape`` (``src_layout`` -> ``dst_layout``)."""
 
-    target: str
     shape: tuple[int, ...]
     src_layout: str
     dst_layout: str
-    costs: tuple[float, ...]
-    error_no: int
-    version: float
-    source: str = field(default="", compare=False)
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-
 
 
 @dataclass
@@ -149,16 +142,10 @@ class NetworkRecord(_Measured):
     step ``name`` in block ``key``; ``"transform"``: ``key`` a transform's
     ``(NCHW shape, src block, dst block)``."""
 
-    target: str
     model: str
     kind: str
     name: str
     key: Any
-    costs: tuple[float, ...]
-    error_no: int
-    version: float
-    source: str = field(default="", compare=False)
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -166,20 +153,14 @@ class StepRecord(_Measured):
     """Step ``name`` of ``model`` (pooling, elementwise, dense: not a conv) timed alone with
     its tensors in ``block`` (:mod:`graph_tuner.executor.step_timing`), so that a solve from
     the log costs it as the tune did, timing nothing (``costs`` in seconds). ``identity``
-    (:func:`~graph_tuner.executor.step_timing.step_identity`) tells one batch size or version
+    (:func:`~graph_tuner.executor.step_timing.step_identities`) tells one batch size or version
     of a model from another under one name; None in the three-argument records of one early
     version, which are read but never matched."""
 
-    target: str
     model: str
     name: str
     block: int
     identity: str | None
-    costs: tuple[float, ...]
-    error_no: int
-    version: float
-    source: str = field(default="", compare=False)
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass

@@ -630,15 +630,16 @@ def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | N
     of DenseNet-121 asks 28 times, and parsing its log each time took 7 of the 35 s its
     transforms took (session 20)."""
     added = [0]
-    present: list[set[str]] = []
+    present: set[str] | None = None  # the log's transform keys, read at the first call
 
     def measure(keys: list) -> dict:
+        nonlocal present
         got: dict = {}
         target = host_target()
-        if not present:
-            present.append(logged(prepare_log(log_path), target).transforms)
+        if present is None:
+            present = logged(prepare_log(log_path), target).transforms
         added[0] += append_transforms(log_path, keys, target, progress=False, measure=measure_transform,
-                                      on_time=got.__setitem__, present=present[0])
+                                      on_time=got.__setitem__, present=present)
         return got
 
     return measure, lambda: added[0]

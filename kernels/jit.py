@@ -222,12 +222,10 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         if code is not None:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+            engine.finalize_object()
+            compiled = CompiledModule(engine)
         else:
-            module = _parsed(ir_text)
-            _optimise(module)
-            engine = llvm.create_mcjit_compiler(module, _new_target_machine())
-        engine.finalize_object()
-        compiled = CompiledModule(engine)
+            compiled = _jit(_parsed(ir_text))
         if cache:
             _engines[ir_text] = compiled
         return compiled
@@ -246,10 +244,15 @@ def compile_linked(ir_texts: Sequence[str]) -> CompiledModule:
         module = _parsed(ir_texts[0])
         for text in ir_texts[1:]:
             module.link_in(_parsed(text))
-        _optimise(module)
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
-        engine.finalize_object()
-        return CompiledModule(engine)
+        return _jit(module)
+
+
+def _jit(module: llvm.ModuleRef) -> CompiledModule:
+    """Optimise and JIT-compile a parsed module (``_lock`` held)."""
+    _optimise(module)
+    engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+    engine.finalize_object()
+    return CompiledModule(engine)
 
 
 # Compiling in helper processes (:mod:`kernels.compile_helpers`): they hand back object code

@@ -52,19 +52,19 @@ def _signature(model: Model, s: Step, block: int) -> tuple:
     return ops, tuple(tuple(model.op(i).shape) for i in s.inputs), block
 
 
-def step_identity(model: Model, name: str) -> str:
-    """A short digest of what step ``name`` computes (its ops' kinds, attributes and shapes,
-    its inputs' shapes): what tells a logged timing of it from one of another batch size or
-    version of a model under the same name.
+def step_identities(model: Model) -> dict[str, str]:
+    """A short digest of what each costed step computes (its ops' kinds, attributes and
+    shapes, its inputs' shapes), by the step's name: what tells a logged timing of it from
+    one of another batch size or version of a model under the same name.
 
     >>> from graph_tuner.builder import GraphBuilder
     >>> b = GraphBuilder("t")
     >>> m = b.build(b.max_pool(b.conv(b.input((1, 3, 8, 8)), 16, 3, padding=1), 2, 2))
-    >>> len(step_identity(m, "max_pool2"))
-    12
+    >>> {name: len(digest) for name, digest in step_identities(m).items()}
+    {'max_pool2': 12}
     """
-    s = next(s for s in costed_steps(model) if s.ops[0] == name)
-    return hashlib.sha1(repr(_signature(model, s, 1)[:2]).encode()).hexdigest()[:12]
+    return {s.ops[0]: hashlib.sha1(repr(_signature(model, s, 1)[:2]).encode()).hexdigest()[:12]
+            for s in costed_steps(model)}
 
 
 def forget_timings() -> None:
