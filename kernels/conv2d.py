@@ -452,7 +452,7 @@ def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lane
                      prologue=prologue, prologue_activation=prologue_activation, rows_first=rows_first)
     intr = IntrinsicSet()
     row_sizes = {c.ohb} | ({c.OH % c.ohb} if c.OH % c.ohb else set())
-    modes = ["all"] if c.batches == 1 else ["first", "last"] + (["mid"] if c.batches > 2 else [])
+    modes = ["all"] if c.batches == 1 else ["batch"]
     functions = [row_block_ir(c, intr, R, m) for R in sorted(row_sizes) for m in modes]
     functions.append(work_item_ir(c))
     phases = []
@@ -511,11 +511,12 @@ def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") 
     """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, j0, icg0, icg1)``: R output rows of one output
     channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the weight
     slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``. ``mode``: ``all`` (the whole
-    reduction), or one batch of it (see :func:`ic_batch`): ``first`` starts from the bias and
-    stores partial sums, ``mid`` adds to them, ``last`` adds and applies the epilogue."""
+    reduction), or ``batch``: one batch of it (see :func:`ic_batch`), which starts from the bias
+    when ``icg0`` is 0, else from the partial sums, and applies the epilogue when ``icg1`` ends
+    the reduction, else stores partial sums."""
     f = IRFunction(f"define internal void @{c.name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
                    f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
-                   md_base=1000 * R + 100 * ("all", "first", "mid", "last").index(mode))
+                   md_base=1000 * R + 100 * ("all", "batch").index(mode))
     data = arg_ptr(f, SCRATCH_ARG if c.copy_pad or c.compact else 0)
     weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
     bias = arg_ptr(f, 3) if c.bias else None
@@ -580,12 +581,20 @@ def emit_tile(rb: RowBlock, width: int, ow0: str, index: str, edge: int | None =
     obase = f.affine(("%n", c.OCB * c.OH * c.OW * c.ocb), ("%ob", c.OH * c.OW * c.ocb), ("%oh0", c.OW * c.ocb),
                      (ow0, c.ocb))
     tile = Tile(width, ow0, index, edge, acc, obase)
-    _load_accumulators(rb, tile)
-    _reduce(rb, tile)
-    if rb.mode in ("first", "mid"):  # partial sums: the epilogue waits for the last batch
-        _store_partial_sums(rb, tile)
-    else:
+    if rb.mode == "all":
+        _start_accumulators(rb, tile)
+        _reduce(rb, tile)
         _store_with_epilogue(rb, tile)
+        return
+    # One batch of the reduction: the first starts from the bias, the others from the partial
+    # sums; the last applies the epilogue, the others store partial sums. Decided at run time
+    # (one function for every batch, not one per kind): the per-tile branches cost nothing
+    # measurable (ResNet-50, DenseNet-121 end to end: 1.000x, 1.001x) and the kernel compiles in
+    # 45 ms, not 80 (session 21).
+    f.branch(f.op("icmp eq i64 %icg0, 0"), lambda: _start_accumulators(rb, tile), lambda: _load_partial_sums(rb, tile))
+    _reduce(rb, tile)
+    f.branch(f.op(f"icmp eq i64 %icg1, {c.ICgB}"), lambda: _store_with_epilogue(rb, tile),
+             lambda: _store_partial_sums(rb, tile))
 
 
 def _output_at(rb: RowBlock, tile: Tile, r: int, t: int, k: int) -> str:
@@ -594,15 +603,18 @@ def _output_at(rb: RowBlock, tile: Tile, r: int, t: int, k: int) -> str:
     return rb.f.add(tile.obase, (r * c.OW + t) * c.ocb + c.chunks[k][0])
 
 
-def _load_accumulators(rb: RowBlock, tile: Tile) -> None:
-    """Accumulators start at the partial sums of the batches before (``mid``, ``last``), else
-    at the bias (saves one add per output vector) or zero."""
+def _load_partial_sums(rb: RowBlock, tile: Tile) -> None:
+    """Accumulators start at the partial sums of the batches before."""
     c, f = rb.c, rb.f
-    if rb.mode in ("mid", "last"):
-        for (r, t, k), s in tile.acc.items():
-            w = c.chunks[k][1]
-            f.store(vty(w), f.load(vty(w), f.gep(rb.out, _output_at(rb, tile, r, t, k))), s)
-        return
+    for (r, t, k), s in tile.acc.items():
+        w = c.chunks[k][1]
+        f.store(vty(w), f.load(vty(w), f.gep(rb.out, _output_at(rb, tile, r, t, k))), s)
+
+
+def _start_accumulators(rb: RowBlock, tile: Tile) -> None:
+    """Accumulators of a reduction's first batch start at the bias (saves one add per output
+    vector) or zero."""
+    c, f = rb.c, rb.f
     init = {}
     for k, (off, w) in enumerate(c.chunks):
         if rb.bias is None:
@@ -804,12 +816,12 @@ def work_item_ir(c: ConvContext) -> str:
     if c.batches == 1:
         _call_row_blocks(f, c, item, "all", 0, c.ICgB)
     else:  # the reduction in batches whose weights stay in L1 across all the item's rows
-        _call_row_blocks(f, c, item, "first", 0, c.batch_icg)
-        if c.batches > 2:
-            with f.loop(c.batches - 1, start=1) as b:
-                icg0 = f.mul(b, c.batch_icg)
-                _call_row_blocks(f, c, item, "mid", icg0, f.add(icg0, c.batch_icg))
-        _call_row_blocks(f, c, item, "last", (c.batches - 1) * c.batch_icg, c.ICgB)
+        with f.loop(c.batches) as b:
+            icg0 = f.mul(b, c.batch_icg)
+            icg1 = f.add(icg0, c.batch_icg)
+            if c.ICgB % c.batch_icg:  # the last batch is shorter
+                icg1 = f.op(f"select i1 {f.op(f'icmp slt i64 {icg1}, {c.ICgB}')}, i64 {icg1}, i64 {c.ICgB}")
+            _call_row_blocks(f, c, item, "batch", icg0, icg1)
     f.emit("ret void")
     return f.text()
 

@@ -22,7 +22,7 @@ import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -444,6 +444,28 @@ class IRFunction:
         self.emit(f"br label %{head}, !llvm.loop !{md}")
         self.metadata.append(f"!{md} = distinct !{{!{md}, !{md + 1}}}\n!{md + 1} = !{{!\"llvm.loop.unroll.disable\"}}")
         self.label(done)
+
+    def branch(self, cond: str, then: Callable[[], None], otherwise: Callable[[], None]) -> None:
+        """``if cond: then() else: otherwise()``; values either side makes are not used after
+        (what must outlive the branch goes through a slot).
+
+        >>> f = IRFunction("define i64 @absolute(i64 %x)")
+        >>> s = f.slot("i64")
+        >>> f.branch(f.op("icmp slt i64 %x, 0"), lambda: f.store("i64", f.op("sub i64 0, %x"), s),
+        ...          lambda: f.store("i64", "%x", s))
+        >>> f.emit(f"ret i64 {f.load('i64', s)}")
+        >>> import ctypes
+        >>> fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(compile_ir(f.text())["absolute"])
+        >>> fn(-7), fn(5)
+        (7, 5)
+        """
+        yes, no, join = self.fresh("then"), self.fresh("else"), self.fresh("join")
+        self.emit(f"br i1 {cond}, label %{yes}, label %{no}")
+        for label, emit in ((yes, then), (no, otherwise)):
+            self.label(label)
+            emit()
+            self.emit(f"br label %{join}")
+        self.label(join)
 
     def text(self) -> str:
         return "\n".join([self.signature + " {", "entry:", *self.entry, *self.body, "}", *self.metadata, ""])

@@ -293,8 +293,9 @@ def test_every_activation_in_both_outputs_of_the_epilogue(act, ic_bn, oc_bn):
 @pytest.mark.parametrize("budget,groups,oh_bn,rows", [(64, 1, 1, 2), (128, 1, 2, 3), (32, 2, 1, 5), (64, 1, 2, 7)])
 def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, rows):
     """A 1x1 conv whose weights overflow the L1 budget reduces in batches of input channel
-    blocks, with partial sums in the output (first / mid / last), tail rows and columns,
-    groups, the full epilogue and a second output."""
+    blocks, with partial sums in the output (the first batch from the bias, the last with the
+    epilogue; 3 even batches, and 4 + 2 blocks), tail rows and columns, groups, the full
+    epilogue and a second output."""
     import kernels.conv2d as conv
 
     monkeypatch.setattr(conv, "L1_WEIGHT_SHARE", budget / conv.host_cpu().l1d_bytes)
