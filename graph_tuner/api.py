@@ -83,7 +83,7 @@ class GraphTuner:
             self.all_candidates = {op.name: cs for op, cs in zip(self.convs, per_layer)}
             self.candidates = {name: cs[:top_k] for name, cs in self.all_candidates.items()}
             self.load_transform_records(self.log)
-            self.network = InNetworkCosts.from_records(self.log.network, self.model.name)
+            self.network = InNetworkCosts.from_records(self.log.network, self.model.name, self.model.digest)
             self.warnings += _foreign_cpu_warnings(self.log, records)
 
     # -- transform costs -------------------------------------------------------------
@@ -274,7 +274,8 @@ class GraphTuner:
         rows = ([("conv", layer, entity[(layer, config)], r) for (layer, config), r in ratios.convs.items()]
                 + [("step", step, block, r) for (step, block), r in ratios.steps.items()]
                 + [("transform", "", key, r) for key, r in ratios.transforms.items()])
-        return [make_network_record(self.model.name, kind, name, key, r, self.target) for kind, name, key, r in rows]
+        return [make_network_record(self.model.name, self.model.digest, kind, name, key, r, self.target)
+                for kind, name, key, r in rows]
 
     # -- helpers ---------------------------------------------------------------------
     def _blocks(self) -> list[int]:

@@ -68,12 +68,13 @@ class InNetworkCosts:
     alone: dict[tuple[str, object], float] = field(default_factory=dict)
 
     @classmethod
-    def from_records(cls, records, model: str) -> "InNetworkCosts":
+    def from_records(cls, records, model: str, identity: str) -> "InNetworkCosts":
         """The ratios a log's in-network records (:class:`graph_tuner.records.NetworkRecord`)
-        give ``model``'s steps (a later record of one step replaces an earlier one)."""
+        give the steps of ``model`` whose digest is ``identity`` (a later record of one step
+        replaces an earlier one)."""
         out = cls()
         for r in records:
-            if r.model == model:
+            if r.model == model and r.identity == identity:
                 group = {"conv": out.convs, "step": out.steps, "transform": out.transforms}[r.kind]
                 group[r.key if r.kind == "transform" else (r.name, r.key)] = r.time
         return out

@@ -24,6 +24,8 @@ sc(x))`` the order is conv1, conv2, sc.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -130,6 +132,21 @@ class Model:
         self.outputs = list(outputs)
         self.inputs = [op.name for op in self._ops if op.kind == "input"]
         self._initializers = initializers
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short digest of what the model computes: its ops' kinds, inputs, attributes and
+        shapes (not its weights' values, nor its name). What tells a measurement of one model
+        from one of another batch size or version under the same name.
+
+        >>> from graph_tuner.loading import load_model
+        >>> a, b = load_model("resnet-18"), load_model("resnet-18", batch=2)
+        >>> len(a.digest), a.digest == load_model("resnet-18").digest, a.digest == b.digest
+        (12, True, False)
+        """
+        text = repr([(op.name, op.kind, op.inputs, sorted(op.attrs.items()), tuple(op.shape),
+                      sorted(op.weights.items())) for op in self._ops] + [self.outputs])
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def __repr__(self) -> str:
         return f"<Model {self.name}: {len(self._ops)} ops, {len(self.convs())} convs, input {self.op(self.inputs[0]).shape}>"

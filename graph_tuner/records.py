@@ -140,12 +140,16 @@ class NetworkRecord(_Measured):
     (``graph-tuner tune``): ``costs`` holds that ratio, not seconds. ``kind``
     ``"conv"``: layer ``name`` at config ``key`` (a ``Conv2DConfig``); ``"step"``: another
     step ``name`` in block ``key``; ``"transform"``: ``key`` a transform's
-    ``(NCHW shape, src block, dst block)``."""
+    ``(NCHW shape, src block, dst block)``. ``identity``: the model's
+    :attr:`~graph_tuner.model.Model.digest`, which tells one batch size or version of a model
+    from another under one name; None in the four-argument records of sessions 18-20, which
+    are read but never matched."""
 
     model: str
     kind: str
     name: str
     key: Any
+    identity: str | None = None
 
 
 @dataclass
@@ -503,9 +507,10 @@ def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
 
 def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
     args = env["args"]
-    if len(args) != 4 or not isinstance(args[0], str) or args[1] not in IN_NETWORK_KINDS or not isinstance(args[2], str):
-        raise checks.BadRecord(f"{IN_NETWORK_TASK} needs [model, kind ({'/'.join(IN_NETWORK_KINDS)}), name, detail] "
-                               f"arguments, got {show(args)}")
+    if (len(args) not in (4, 5) or not isinstance(args[0], str) or args[1] not in IN_NETWORK_KINDS
+            or not isinstance(args[2], str) or (len(args) == 5 and not isinstance(args[4], str))):
+        raise checks.BadRecord(f"{IN_NETWORK_TASK} needs [model, kind ({'/'.join(IN_NETWORK_KINDS)}), name, detail, "
+                               f"model identity] arguments, got {show(args)}")
     kind, detail = args[1], args[3]
     if kind == "conv":
         try:
@@ -519,7 +524,8 @@ def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
         shape, src, dst = _fields(detail, 3, "in-network transform [shape, src block, dst block]")
         key = (checks.tensor_shape(["TENSOR", shape, "float32"], "in-network transform"),
                checks.integer(src, "src block", low=1, high=None), checks.integer(dst, "dst block", low=1, high=None))
-    return NetworkRecord(target=env["target"], model=args[0], kind=kind, name=args[2], key=key, costs=env["costs"],
+    return NetworkRecord(target=env["target"], model=args[0], kind=kind, name=args[2], key=key,
+                         identity=args[4] if len(args) == 5 else None, costs=env["costs"],
                          error_no=env["error_no"], version=env["version"], source=where, raw=dict(obj))
 
 
@@ -838,18 +844,19 @@ def make_transform_record(
     return _v02(target, LAYOUT_TRANSFORM_TASK, args, 0, [], cost, 0, 0.0, timestamp)
 
 
-def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float, target: str, *,
+def make_network_record(model: str, identity: str, kind: str, name: str, key: Any, ratio: float, target: str, *,
                         timestamp: float | None = None) -> dict:
     """A ``graph_tuner_in_network`` record (:class:`NetworkRecord`): ``ratio`` is the step's
-    in-network time over the log's alone time. ``key``: a conv's config entity (its record's,
-    a dict or a list), a step's block, a transform's ``(NCHW shape, src block, dst block)``.
+    in-network time over the log's alone time, in ``model`` (``identity``: its digest). ``key``:
+    a conv's config entity (its record's, a dict or a list), a step's block, a transform's
+    ``(NCHW shape, src block, dst block)``.
 
-    >>> d = make_network_record("net", "step", "pool0", 16, 1.8, "llvm", timestamp=0.0)
+    >>> d = make_network_record("net", "0123abcd4567", "step", "pool0", 16, 1.8, "llvm", timestamp=0.0)
     >>> n = read_records([d]).network[0]
-    >>> n.model, n.kind, n.name, n.key, n.time
-    ('net', 'step', 'pool0', 16, 1.8)
-    >>> read_records([make_network_record("net", "conv", "c1", {"tile_ic": [-1, 8], "tile_oc": [-1, 16],
-    ...                                    "tile_ow": [-1, 7]}, 1.2, "llvm")]).network[0].key
+    >>> n.model, n.identity, n.kind, n.name, n.key, n.time
+    ('net', '0123abcd4567', 'step', 'pool0', 16, 1.8)
+    >>> read_records([make_network_record("net", "0123abcd4567", "conv", "c1", {"tile_ic": [-1, 8],
+    ...                                    "tile_oc": [-1, 16], "tile_ow": [-1, 7]}, 1.2, "llvm")]).network[0].key
     Conv2DConfig(ic_bn=8, oc_bn=16, ow_bn=7, unroll_kw=False, oh_bn=1)
     """
     entity: list = []
@@ -860,7 +867,7 @@ def make_network_record(model: str, kind: str, name: str, key: Any, ratio: float
         detail = int(key)
     else:
         detail = [[int(x) for x in key[0]], int(key[1]), int(key[2])]
-    return _v02(target, IN_NETWORK_TASK, [model, kind, name, detail], 0, entity, ratio, 0, 0.0, timestamp)
+    return _v02(target, IN_NETWORK_TASK, [model, kind, name, detail, identity], 0, entity, ratio, 0, 0.0, timestamp)
 
 
 def make_step_record(model: str, name: str, block: int, identity: str, seconds: float, target: str, *,

@@ -416,6 +416,7 @@ def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, 
     network = read_records(log).network
     model = load_model(tiny_onnx)
     assert {r.kind for r in network} >= {"conv"} and {r.model for r in network} == {model.name}
+    assert {r.identity for r in network} == {model.digest}
 
     alone = GraphTuner(model, plain_log.decode().splitlines())
     costed = GraphTuner(model, log)
@@ -429,8 +430,16 @@ def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, 
     for a, b in zip(p0.layers, p1.layers):
         assert b.time_ms == pytest.approx(a.time_ms * ratio[(a.name, a.candidate.config)])
 
-    other = [line.replace(f'["{model.name}", ', '["another-model", ') for line in log.read_text().splitlines()]
-    assert not any("costs in the network" in n for n in GraphTuner(model, other).solve(measure=True).notes)
+    # Another model's, another batch size's (same name, another digest) and the identity-less
+    # records of sessions 18-20 are not used.
+    text = log.read_text()
+    assert f', "{model.digest}"]' in text
+    for other in (text.replace(f'["{model.name}", ', '["another-model", '),
+                  text.replace(f', "{model.digest}"]', ', "0123abcd4567"]'),
+                  text.replace(f', "{model.digest}"]', ']')):
+        gt = GraphTuner(model, other.splitlines())
+        assert len(gt.log.network) == len(network) and not gt.network
+        assert not any("costs in the network" in n for n in gt.solve(measure=True).notes)
 
 
 def test_network_records_read_back_and_bad_ones_are_named():
@@ -439,9 +448,9 @@ def test_network_records_read_back_and_bad_ones_are_named():
 
     cfg = Conv2DConfig(ic_bn=16, oc_bn=32, ow_bn=7, unroll_kw=True, oh_bn=2)
     entity = {"tile_ic": [-1, 16], "tile_oc": [-1, 32], "tile_ow": [-1, 7], "tile_oh": 2, "unroll_kw": True}
-    recs = [make_network_record("m", "conv", "c1", entity, 1.25, "llvm"),
-            make_network_record("m", "step", "pool0", 16, 2.0, "llvm"),
-            make_network_record("m", "transform", "", ((1, 64, 8, 8), 1, 16), 0.9, "llvm")]
+    recs = [make_network_record("m", "0123abcd4567", "conv", "c1", entity, 1.25, "llvm"),
+            make_network_record("m", "0123abcd4567", "step", "pool0", 16, 2.0, "llvm"),
+            make_network_record("m", "0123abcd4567", "transform", "", ((1, 64, 8, 8), 1, 16), 0.9, "llvm")]
     got = read_records(recs).network
     assert [(r.kind, r.name, r.key, r.time) for r in got] == [
         ("conv", "c1", cfg, 1.25), ("step", "pool0", 16, 2.0), ("transform", "", ((1, 64, 8, 8), 1, 16), 0.9)]
@@ -449,6 +458,10 @@ def test_network_records_read_back_and_bad_ones_are_named():
     bad = json.loads(json.dumps(recs[0]))
     bad["input"][2][1] = "pool"
     with pytest.raises(Exception, match="needs \\[model, kind"):
+        read_records([bad])
+    bad = json.loads(json.dumps(recs[0]))
+    bad["input"][2][4] = 7
+    with pytest.raises(Exception, match="model identity"):
         read_records([bad])
     bad = json.loads(json.dumps(recs[0]))
     bad["config"]["entity"] = [["tile_x", "sp", [-1, 4]]]

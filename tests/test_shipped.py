@@ -60,7 +60,7 @@ def test_a_folder_of_logs_gives_this_cpus(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["resnet-18", "resnet-50", "mobilenet-v2", "inception-v3", "densenet-121"])
-def test_the_zen4_bench_logs_time_every_step_a_solve_costs(model, monkeypatch):
+def test_the_zen4_bench_logs_time_every_step_and_carry_their_models_ratios(model, monkeypatch):
     # One log, one plan: a solve from these logs takes every other step's timing from the log
     # (graph_tuner_step records), so no step's timing noise can move a near-tie.
     from graph_tuner.api import GraphTuner
@@ -70,3 +70,7 @@ def test_the_zen4_bench_logs_time_every_step_a_solve_costs(model, monkeypatch):
     monkeypatch.setattr(step_timing, "_time_step", lambda *a: pytest.fail("a step the log lacks was timed"))
     gt = GraphTuner(model, log)
     assert gt.benchmark_steps() > 0 and not gt.timed_steps
+    # ... and costs the plan at what the network paid: every in-network ratio is this model's
+    # (its digest), none left unmatched.
+    assert gt.log.network and {r.identity for r in gt.log.network} == {gt.model.digest}
+    assert len(gt.network.convs) + len(gt.network.steps) + len(gt.network.transforms) > 0
