@@ -26,12 +26,13 @@ import numpy as np
 from graph_tuner.bench_chart import write_chart
 from graph_tuner.bench_history import OUR_PLANS, find_regressions, previous_results
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.host_state import describe as describe_host, probe_call
+from graph_tuner.host_state import FORK_JOIN_CALLS, describe as describe_host, fork_join_call, probe_call
 from graph_tuner.plan_run import prediction_checks, seeded_input
 from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import OTHER_RUNTIMES, onnxruntime_runner, openvino_runner, pytorch_runner
 
 HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
+FORK_JOIN_PROBE = "fork_join_probe"  # the thread pool's fork-join, timed in the same rounds
 # The goal (issue 19): graph-tuned at least this much faster than every other runtime, or,
 # where that is faster than the cores allow, within ROOFLINE_SHARE of the FMA roofline.
 TARGET_SPEEDUP, ROOFLINE_SHARE = 1.10, 0.95
@@ -135,8 +136,10 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
             differs.add(k)
 
     probe, probe_flops = probe_call()  # the host's speed, timed in the same rounds (graph_tuner.host_state)
-    by_round = timed_rounds({**runners, HOST_PROBE: probe}, repeat)
-    host = {"conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)]}
+    by_round = timed_rounds({**runners, HOST_PROBE: probe, FORK_JOIN_PROBE: fork_join_call()}, repeat)
+    host = {"conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)],
+            "fork_join_us_rounds": [round(np.median(r) / FORK_JOIN_CALLS * 1e6, 2)
+                                    for r in by_round.pop(FORK_JOIN_PROBE)]}
     print_fn(f"{name:<14} host: {describe_host(host)}")
     checks = prediction_checks(programs, plans, model, repeat)
     runtimes: dict[str, dict | None] = {k: None for k in (*OUR_PLANS, *OTHER_RUNTIMES)}

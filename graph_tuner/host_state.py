@@ -1,4 +1,5 @@
-"""How fast this (shared) host is right now: one thread's speed on a ResNet conv layer.
+"""How fast this (shared) host is right now: one thread's speed on a ResNet conv layer, and
+what a fork-join of the kernels' thread pool costs.
 
 A cloud host's speed drifts while a benchmark runs, and not through steal time (this VM's
 ``/proc/stat`` shows almost none): its cores slow down. In session 7 a one-thread 3x3 conv
@@ -42,6 +43,43 @@ def probe() -> float:
     return flops / measure(call, min_repeat_ms=20, repeat=7, warmup=2).median_s / 1e9
 
 
+# Calls of the fork-join probe per timing: one call takes 1.6-3.2 us on the Zen 4 VM, too short
+# to time one at a time.
+FORK_JOIN_CALLS = 100
+
+
+def fork_join_call() -> Callable[[], None]:
+    """:data:`FORK_JOIN_CALLS` calls of the kernels' thread pool, every thread, with almost no
+    work (a 64-channel 8x8 layout transform): what handing work to the other cores and
+    collecting it costs. On the 2-core Zen 4 VM one call took 1.6 us in some phases of the host
+    and 3.2 us in others, which lasted seconds to minutes; Inception-v3 then ran 50.6 ms, not
+    45.1, each step slower by a nearly constant 0.05-0.24 ms, none of which the one-thread
+    conv or a copy in L3 or memory saw (session 21). Steps that run few or no FLOPs suffered
+    most (pools 4x), as if the two cores no longer shared a cache."""
+    import numpy as np
+
+    from kernels.layout_transform import build_transform
+    from kernels.timing import random_array
+
+    k = build_transform((1, 64, 8, 8), 16, 8)
+    call = k.bind(src=random_array((1, 4, 8, 8, 16), 0), dst=np.empty((1, 8, 8, 8, 8), np.float32))
+
+    def calls() -> None:
+        for _ in range(FORK_JOIN_CALLS):
+            call()
+
+    return calls
+
+
+def fork_join_us(call: Callable[[], None] | None = None) -> float:
+    """Microseconds of one fork-join of the thread pool now (:func:`fork_join_call`): the
+    median of 21 timings of :data:`FORK_JOIN_CALLS` calls."""
+    from kernels.timing import measure
+
+    call = call or fork_join_call()
+    return measure(call, number=1, repeat=21, warmup=2).median_s / FORK_JOIN_CALLS * 1e6
+
+
 def speed(host: dict) -> float | None:
     """The host's speed over a model's runs: the median of the probe's GFLOP/s per round
     (None when it was not measured)."""
@@ -50,11 +88,19 @@ def speed(host: dict) -> float | None:
 
 
 def describe(host: dict) -> str:
-    """``"one-thread conv 88 GFLOP/s (rounds 61-95)"``."""
+    """``"one-thread conv 88 GFLOP/s (rounds 61-95), fork-join 1.6 us (rounds 1.6-3.2)"``.
+
+    >>> describe({"conv_gflops_rounds": [61.0, 88.0, 95.0], "fork_join_us_rounds": [1.6, 1.6, 3.2]})
+    'one-thread conv 88 GFLOP/s (rounds 61-95), fork-join 1.6 us (rounds 1.6-3.2)'
+    """
     rounds = host.get("conv_gflops_rounds")
     if not rounds:
         return "not measured"
-    return f"one-thread conv {speed(host):.0f} GFLOP/s (rounds {min(rounds):.0f}-{max(rounds):.0f})"
+    text = f"one-thread conv {speed(host):.0f} GFLOP/s (rounds {min(rounds):.0f}-{max(rounds):.0f})"
+    joins = host.get("fork_join_us_rounds")
+    if joins:
+        text += f", fork-join {statistics.median(joins):.1f} us (rounds {min(joins):.1f}-{max(joins):.1f})"
+    return text
 
 
 # Other processes' share of the cores above which a workload's times are suspect: a test run

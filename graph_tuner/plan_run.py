@@ -29,6 +29,9 @@ class RunResult:
     profile: object  # graph_tuner.executor.Profile
     outputs: list = field(default_factory=list, repr=False)
     retimed_ms: float | None = None  # the same prediction, kernels and transforms re-timed alone now
+    # The thread pool's fork-join (graph_tuner.host_state.fork_join_us) before the timed runs and
+    # after the profile: what tells the host's phases apart where the profile cannot.
+    fork_join_us: tuple[float, float] | None = None
 
     @property
     def measured_planned_ms(self) -> float:
@@ -40,8 +43,12 @@ class RunResult:
         """Whether the profile's steps sum to within :data:`STEADY_MARGIN` of the whole-run
         median: if not, the host's speed changed between the timed runs and the profile, and
         neither the per-step figures nor the prediction check compare (on the shared Zen 4 VM a
-        neighbour's phase put MobileNet-v2's profile at 5.39 ms against a 3.35 ms median)."""
-        return abs(self.profile.total_ms / self.median_ms - 1) <= STEADY_MARGIN
+        neighbour's phase put MobileNet-v2's profile at 5.39 ms against a 3.35 ms median); nor
+        when the fork-join read more than :data:`FORK_JOIN_MARGIN` times slower at one end of the
+        run than at the other (the host changed phase in between)."""
+        joins = self.fork_join_us
+        return (abs(self.profile.total_ms / self.median_ms - 1) <= STEADY_MARGIN
+                and (joins is None or max(joins) <= FORK_JOIN_MARGIN * min(joins)))
 
     @property
     def covers(self) -> str:
@@ -62,6 +69,7 @@ class RunResult:
             "measured_planned_ms": self.measured_planned_ms,
             "profile_total_ms": self.profile.total_ms,
             "steady": self.steady,
+            "fork_join_us": list(self.fork_join_us) if self.fork_join_us else None,
             "by_category_ms": self.profile.by_category(),
             "layers": [{"name": s.name, "category": s.category, "ops": s.ops, "measured_ms": s.median_ms,
                         "predicted_ms": s.predicted_ms} for s in steps],
@@ -83,11 +91,15 @@ class RunResult:
                f"{(self.measured_planned_ms - self.retimed_ms) / self.retimed_ms:+.1%}; a log timed when this "
                "machine was faster or slower shifts the first figure, not this one)"]
               if self.retimed_ms else []),
+            *([f"host: the thread pool's fork-join took {self.fork_join_us[0]:.1f} us before the timed runs, "
+               f"{self.fork_join_us[1]:.1f} us after the profile"] if self.fork_join_us else []),
             *([] if self.steady else [
                 f"warning: the profile's steps sum to {self.profile.total_ms:.3f} ms against a whole-run median of "
-                f"{self.median_ms:.3f} ms ({self.profile.total_ms / self.median_ms - 1:+.0%}): the host's speed changed "
-                "during the run (a shared host's neighbours?); per-step and predicted figures compare only in a run "
-                f"where the two agree within {STEADY_MARGIN:.0%}: run again"]),
+                f"{self.median_ms:.3f} ms ({self.profile.total_ms / self.median_ms - 1:+.0%})"
+                + (f", and the fork-join changed from {self.fork_join_us[0]:.1f} to {self.fork_join_us[1]:.1f} us"
+                   if self.fork_join_us else "")
+                + ": the host's speed changed during the run (a shared host's neighbours?); per-step and predicted "
+                f"figures compare only in a run where the two agree within {STEADY_MARGIN:.0%}: run again"]),
             f"slowest {top} steps:",
             f"  {'step':<36} {'kind':<10} {'measured ms':>11} {'predicted ms':>12}",
         ]
@@ -101,6 +113,9 @@ class RunResult:
 # host: 0.8-2.8% in calm runs of the five bench models, 15-61% in runs a neighbour's phase hit
 # (session 20). The gap between steps is about 1% since a run is one native call.
 STEADY_MARGIN = 0.05
+# The fork-join probe read 1.6 us and 3.2 us in the two phases of the Zen 4 VM (session 21), and
+# within 10% of one value in a phase.
+FORK_JOIN_MARGIN = 1.5
 
 
 def seeded_input(model, seed: int = 0) -> np.ndarray:
@@ -122,8 +137,12 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     from graph_tuner.executor import compile_model
     from kernels.threads import num_threads
 
+    from graph_tuner.host_state import fork_join_call, fork_join_us
+
     prog = compile_model(model, plan, params)
     outputs = prog.run(seeded_input(model) if x is None else x)
+    join = fork_join_call()
+    before = fork_join_us(join)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
     if retime:
         check = prediction_checks({"plan": prog}, {"plan": plan}, model, repeat)["plan"]
@@ -131,7 +150,7 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     else:
         profile, retimed = prog.profile(repeat=max(5, repeat // 2)), None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
-                     profile, outputs, retimed)
+                     profile, outputs, retimed, (before, fork_join_us(join)))
 
 
 class InNetworkTimer:

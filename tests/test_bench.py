@@ -248,6 +248,17 @@ def test_the_host_probe_is_timed_in_the_rounds_like_a_runtime():
     assert describe(host).startswith("one-thread conv ") and probe() > 0.1
 
 
+def test_the_fork_join_probe_times_one_call_of_the_thread_pool():
+    from graph_tuner.host_state import FORK_JOIN_CALLS, fork_join_call, fork_join_us
+    from kernels.timing import measure
+
+    calls = fork_join_call()
+    per_call = fork_join_us(calls)
+    batch = measure(calls, number=1, repeat=5, warmup=1).median_s * 1e6  # FORK_JOIN_CALLS calls
+    assert 0.0 < per_call < 1000.0 and batch > 10 * per_call  # per call, not per batch of calls
+    assert FORK_JOIN_CALLS * per_call / 5 < batch < 5 * FORK_JOIN_CALLS * per_call
+
+
 def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
     """Profile and re-timing alternate over the plans; one disturbed round does not decide."""
     from graph_tuner.executor.program import Profile, StepTime

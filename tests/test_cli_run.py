@@ -175,3 +175,10 @@ def test_a_run_whose_profile_and_median_disagree_says_so():
         r = RunResult("m", 1, 2, median, median, 3.0, Profile(steps))
         assert r.steady is steady and r.to_json()["steady"] is steady
         assert ("the host's speed changed during the run" in r.report()) is not steady
+    # The thread pool's fork-join read twice as slow at one end of the run as at the other: the
+    # host changed phase in between, though profile and median agree.
+    for joins, steady in (((1.6, 1.7), True), ((1.6, 3.2), False), ((3.2, 1.6), False)):
+        r = RunResult("m", 1, 2, 3.0, 3.0, 3.0, Profile(steps), fork_join_us=joins)
+        assert r.steady is steady and r.to_json()["fork_join_us"] == list(joins)
+        assert f"fork-join took {joins[0]:.1f} us" in r.report()
+        assert ("the fork-join changed from" in r.report()) is not steady
