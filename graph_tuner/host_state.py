@@ -71,13 +71,25 @@ def fork_join_call() -> Callable[[], None]:
     return calls
 
 
+_lowest_join: float | None = None  # the fastest fork-join this process has read
+
+
 def fork_join_us(call: Callable[[], None] | None = None) -> float:
     """Microseconds of one fork-join of the thread pool now (:func:`fork_join_call`): the
     median of 21 timings of :data:`FORK_JOIN_CALLS` calls."""
     from kernels.timing import measure
 
+    global _lowest_join
     call = call or fork_join_call()
-    return measure(call, number=1, repeat=21, warmup=2).median_s / FORK_JOIN_CALLS * 1e6
+    us = measure(call, number=1, repeat=21, warmup=2).median_s / FORK_JOIN_CALLS * 1e6
+    _lowest_join = us if _lowest_join is None else min(_lowest_join, us)
+    return us
+
+
+def lowest_fork_join_us() -> float | None:
+    """The fastest fork-join :func:`fork_join_us` has read in this process (None before any):
+    the host's fast phase, as far as this process has seen it."""
+    return _lowest_join
 
 
 def speed(host: dict) -> float | None:

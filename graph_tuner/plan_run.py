@@ -179,18 +179,35 @@ class InNetworkTimer:
         alone times is run once more, and the run with the lower whole ratio is kept: a
         neighbour on a shared host only slows the network, and one that does so for a whole
         run is not seen by :func:`_calm` (session 20: MobileNet-v2's early depthwise convs got
-        ratios of 2.7 and 3.2 in one, 1.1-1.3 in seven runs of the same plan minutes later)."""
+        ratios of 2.7 and 3.2 in one, 1.1-1.3 in seven runs of the same plan minutes later).
+        So is a run after which the thread pool's fork-join reads over :data:`FORK_JOIN_MARGIN`
+        times the fastest this process has seen (:func:`graph_tuner.host_state.fork_join_us`):
+        the host's slow phase, and a run outside it is kept."""
         from graph_tuner.executor import compile_model
+        from graph_tuner.host_state import fork_join_call, fork_join_us, lowest_fork_join_us
 
         self.slow_note = None  # about this plan's runs only
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
-        first = self._run(prog, plan)
-        if whole_ratio(first) <= SUSPECT_RATIO:
-            return first
-        kept = min(first, self._run(prog, plan), key=whole_ratio)
-        if whole_ratio(kept) > SUSPECT_RATIO:
-            self.slow_note = (f"calibration: the network ran the plan {whole_ratio(kept):.2f}x its steps' alone times in "
+        probe = fork_join_call()
+        fork_join_us(probe)
+
+        def run() -> tuple[bool, float, dict]:  # (in a slow phase, whole ratio, the run)
+            measured = self._run(prog, plan)
+            joined = fork_join_us(probe)
+            return joined > FORK_JOIN_MARGIN * lowest_fork_join_us(), whole_ratio(measured), measured
+
+        first = run()
+        if not first[0] and first[1] <= SUSPECT_RATIO:
+            return first[2]
+        slow, ratio, kept = min(first, run(), key=lambda r: r[:2])
+        if slow:
+            self.slow_note = (f"calibration: the thread pool's fork-join read over {FORK_JOIN_MARGIN}x the "
+                              f"{lowest_fork_join_us():.1f} us it read earlier in this process after both of two runs: "
+                              "the host was in a slow phase (on a Zen 4 VM every step then ran 0.05-0.24 ms slower, "
+                              "session 21), and these ratios are that phase's; tune again later to retake them")
+        elif ratio > SUSPECT_RATIO:
+            self.slow_note = (f"calibration: the network ran the plan {ratio:.2f}x its steps' alone times in "
                               f"both of two runs (calm runs of the bench models on a Zen 4 EPYC: 0.89-1.04x): this "
                               f"network pays that here, or a neighbour on a shared host slowed both runs; "
                               f"`graph-tuner run` of the plan tells which")

@@ -273,6 +273,17 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
     monkeypatch.setattr(plan_run, "iter_retimed", fake_retimed)
     monkeypatch.setattr(plan_run, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     monkeypatch.setattr(plan_run, "SUSPECT_RATIO", 2.5)  # these steps run 2x alone in the network
+    from graph_tuner import host_state
+
+    joins, seen = [], []  # the fork-join probe's next readings (else 1 us), and those read
+
+    def fake_join(call=None):
+        seen.append(joins.pop(0) if joins else 1.0)
+        return seen[-1]
+
+    monkeypatch.setattr(host_state, "fork_join_call", lambda: None)
+    monkeypatch.setattr(host_state, "fork_join_us", fake_join)
+    monkeypatch.setattr(host_state, "lowest_fork_join_us", lambda: min(seen))
     for speed in (1.0, 2.0):
         host["speed"] = speed
         calls.clear()
@@ -300,6 +311,21 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
         timer = InNetworkTimer(model, rounds=3)
         assert all(r == pytest.approx(expected) for r, _ in timer(plan).values())
         assert calls.count("profile") == 2 * 7 and (timer.slow_note is not None) is note
+    # The network 1.2x slower for a whole run, under SUSPECT_RATIO, but the fork-join read 2x
+    # its fastest after it (the host's slow phase): a second run is made and kept; read slow
+    # after both, the slower phase's run is kept all the same, and the note says why.
+    for after, expected, note in (([2.0, 1.0], 2.0, False), ([2.0, 2.0], 2.0, True)):
+        host.update(profiles=[1.2] * 7)
+        joins[:] = [1.0, *after]
+        calls.clear()
+        timer = InNetworkTimer(model, rounds=3)
+        assert all(r == pytest.approx(expected) for r, _ in timer(plan).values())
+        assert calls.count("profile") == 2 * 7 and not joins
+        assert (timer.slow_note is not None and "fork-join" in timer.slow_note) is note
+    joins[:] = [1.0, 1.2]  # within FORK_JOIN_MARGIN: one run
+    calls.clear()
+    InNetworkTimer(model, rounds=3)(plan)
+    assert calls.count("profile") == 7
 
 
 def test_retimed_steps_are_named_as_the_profile_names_them():

@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from graph_tuner.errors import GraphTunerError
-    from graph_tuner.host_state import probe
+    from graph_tuner.host_state import fork_join_us, probe
     from graph_tuner.loading import load_model
     from graph_tuner.environment import check_cache_dir
     from graph_tuner.tuning import DEFAULT_TRIALS, calibrate_log, check_log, retime_model, tune_model
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise GraphTunerError(f"{args.model}: the model has no conv2d layers; nothing to tune")
     # The host's speed at the start and the end: a shared host's load moves the rankings of
     # configs (benchmarks/README.md, sessions 7-8), so say what host this log was tuned on.
-    before = probe()
+    before, join = probe(), fork_join_us()
     if args.retime:
         n = retime_model(model, args.output, progress=not args.no_progress, print_fn=print)
         print(f"re-timed {n} configs; log: {args.output}")
@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     after = probe()
     total = sum(s.wall_seconds for s in summaries)
     print(f"tuned {len(summaries)} workloads in {total:.1f} s; log: {args.output}")
-    print(f"host while tuning: one-thread conv {before:.0f} GFLOP/s at the start, {after:.0f} at the end")
+    print(f"host while tuning: one-thread conv {before:.0f} GFLOP/s at the start, {after:.0f} at the end; "
+          f"the thread pool's fork-join {join:.1f} us at the start, {fork_join_us():.1f} at the end")
     loaded = [s for s in summaries if s.contention_note()]
     if loaded:
         print(f"warning: {len(loaded)} of {len(summaries)} workloads were timed while other processes used the cores "
