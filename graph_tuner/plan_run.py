@@ -15,6 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
+from graph_tuner.host_state import FORK_JOIN_MARGIN
+
 
 @dataclass
 class RunResult:
@@ -113,9 +115,6 @@ class RunResult:
 # host: 0.8-2.8% in calm runs of the five bench models, 15-61% in runs a neighbour's phase hit
 # (session 20). The gap between steps is about 1% since a run is one native call.
 STEADY_MARGIN = 0.05
-# The fork-join probe read 1.6 us and 3.2 us in the two phases of the Zen 4 VM (session 21), and
-# within 10% of one value in a phase.
-FORK_JOIN_MARGIN = 1.5
 
 
 def seeded_input(model, seed: int = 0) -> np.ndarray:
@@ -180,22 +179,22 @@ class InNetworkTimer:
         neighbour on a shared host only slows the network, and one that does so for a whole
         run is not seen by :func:`_calm` (session 20: MobileNet-v2's early depthwise convs got
         ratios of 2.7 and 3.2 in one, 1.1-1.3 in seven runs of the same plan minutes later).
-        So is a run after which the thread pool's fork-join reads over :data:`FORK_JOIN_MARGIN`
-        times the fastest this process has seen (:func:`graph_tuner.host_state.fork_join_us`):
-        the host's slow phase, and a run outside it is kept."""
+        So is a run after which the thread pool's fork-join reads the host's slow phase
+        (:func:`graph_tuner.host_state.in_slow_phase`), and a run outside it is kept; a run
+        starts after a short slow phase is over (:func:`~graph_tuner.host_state.await_fast_phase`)."""
         from graph_tuner.executor import compile_model
-        from graph_tuner.host_state import fork_join_call, fork_join_us, lowest_fork_join_us
+        from graph_tuner.host_state import (await_fast_phase, fork_join_call, fork_join_us, in_slow_phase,
+                                            lowest_fork_join_us)
 
         self.slow_note = None  # about this plan's runs only
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
         probe = fork_join_call()
-        fork_join_us(probe)
 
         def run() -> tuple[bool, float, dict]:  # (in a slow phase, whole ratio, the run)
+            await_fast_phase(probe)
             measured = self._run(prog, plan)
-            joined = fork_join_us(probe)
-            return joined > FORK_JOIN_MARGIN * lowest_fork_join_us(), whole_ratio(measured), measured
+            return in_slow_phase(fork_join_us(probe)), whole_ratio(measured), measured
 
         first = run()
         if not first[0] and first[1] <= SUSPECT_RATIO:

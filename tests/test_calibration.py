@@ -284,6 +284,8 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
     monkeypatch.setattr(host_state, "fork_join_call", lambda: None)
     monkeypatch.setattr(host_state, "fork_join_us", fake_join)
     monkeypatch.setattr(host_state, "lowest_fork_join_us", lambda: min(seen))
+    monkeypatch.setattr(host_state, "time", SimpleNamespace(monotonic=lambda: now[0],
+                                                            sleep=lambda s: now.__setitem__(0, now[0] + s)))
     for speed in (1.0, 2.0):
         host["speed"] = speed
         calls.clear()
@@ -313,19 +315,24 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
         assert calls.count("profile") == 2 * 7 and (timer.slow_note is not None) is note
     # The network 1.2x slower for a whole run, under SUSPECT_RATIO, but the fork-join read 2x
     # its fastest after it (the host's slow phase): a second run is made and kept; read slow
-    # after both, the slower phase's run is kept all the same, and the note says why.
-    for after, expected, note in (([2.0, 1.0], 2.0, False), ([2.0, 2.0], 2.0, True)):
+    # after both, the slower phase's run is kept all the same, and the note says why. (The
+    # readings: before and after each run.)
+    for readings, note in (([1.0, 2.0, 1.0, 1.0], False), ([1.0, 2.0, 1.0, 2.0], True)):
         host.update(profiles=[1.2] * 7)
-        joins[:] = [1.0, *after]
+        joins[:] = readings
         calls.clear()
         timer = InNetworkTimer(model, rounds=3)
-        assert all(r == pytest.approx(expected) for r, _ in timer(plan).values())
+        assert all(r == pytest.approx(2.0) for r, _ in timer(plan).values())
         assert calls.count("profile") == 2 * 7 and not joins
         assert (timer.slow_note is not None and "fork-join" in timer.slow_note) is note
-    joins[:] = [1.0, 1.2]  # within FORK_JOIN_MARGIN: one run
-    calls.clear()
-    InNetworkTimer(model, rounds=3)(plan)
-    assert calls.count("profile") == 7
+    # Within FORK_JOIN_MARGIN: one run. Slow before it: the run waits until the phase is over
+    # (polling every 0.5 s), or 15 s.
+    for readings, waited in (([1.0, 1.2], 0.0), ([2.0, 2.0, 1.0, 1.0], 1.0), ([2.0] * 31 + [1.0], 15.0)):
+        joins[:] = readings
+        calls.clear()
+        start = now[0]
+        InNetworkTimer(model, rounds=3)(plan)
+        assert calls.count("profile") == 7 and not joins and now[0] - start - 7 - 12 * 0.6 == pytest.approx(waited)
 
 
 def test_retimed_steps_are_named_as_the_profile_names_them():
