@@ -84,6 +84,12 @@ class GraphTuner:
             self.candidates = {name: cs[:top_k] for name, cs in self.all_candidates.items()}
             self.load_transform_records(self.log)
             self.network = InNetworkCosts.from_records(self.log.network, self.model.name, self.model.digest)
+            other = sum(r.model == self.model.name and r.identity != self.model.digest for r in self.log.network)
+            if other and not self.network:
+                self.warnings.append(
+                    f"{self.log.source}: its {other} in-network ratios for {self.model.name} are another version's "
+                    "or batch size's, or older than the model digest ratios carry (session 21): not used; "
+                    f"`graph-tuner tune {self.model.name} -o LOG` on this machine retakes them, timing nothing else")
             self.warnings += _foreign_cpu_warnings(self.log, records)
 
     # -- transform costs -------------------------------------------------------------

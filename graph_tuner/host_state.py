@@ -71,49 +71,73 @@ def fork_join_call() -> Callable[[], None]:
     return calls
 
 
-_lowest_join: float | None = None  # the fastest fork-join this process has read
+# The fastest fork-join read in this process, per thread count (a fork-join of 1 thread is not
+# one of 2).
+_lowest_join: dict[int, float] = {}
+
+
+def _threads() -> int:
+    from kernels.threads import num_threads
+
+    return num_threads()
 
 
 def fork_join_us(call: Callable[[], None] | None = None) -> float:
     """Microseconds of one fork-join of the thread pool now (:func:`fork_join_call`): the
-    median of 21 timings of :data:`FORK_JOIN_CALLS` calls."""
+    median of 21 timings of :data:`FORK_JOIN_CALLS` calls.
+
+    >>> fork_join_us() > 0 and lowest_fork_join_us() > 0
+    True
+    """
     from kernels.timing import measure
 
-    global _lowest_join
     call = call or fork_join_call()
     us = measure(call, number=1, repeat=21, warmup=2).median_s / FORK_JOIN_CALLS * 1e6
-    _lowest_join = us if _lowest_join is None else min(_lowest_join, us)
+    threads = _threads()
+    _lowest_join[threads] = min(_lowest_join.get(threads, us), us)
     return us
 
 
-# A fork-join over this many times the fastest one read marks the host's slow phase: the probe
-# read 1.6 us and 3.2 us in the two phases of the Zen 4 VM (session 21), within 10% of one value
-# in a phase.
+def lowest_fork_join_us() -> float | None:
+    """The fastest fork-join :func:`fork_join_us` has read in this process at this thread
+    count (None before any): the host's fast phase, as far as this process has seen it."""
+    return _lowest_join.get(_threads())
+
+
+# A fork-join over this many times another marks another phase of the host: the probe read 1.6 us
+# and 3.2 us in the two phases of the Zen 4 VM (session 21), within 10% of one value in a phase.
 FORK_JOIN_MARGIN = 1.5
+# How long a measurement that wants the fast phase waits for it (:func:`await_fast_phase`).
+FAST_PHASE_WAIT_S = 15.0
+
+
+def same_phase(a: float, b: float) -> bool:
+    """Whether two fork-join readings (microseconds) are of one phase of the host.
+
+    >>> same_phase(1.6, 1.7), same_phase(3.2, 1.6)
+    (True, False)
+    """
+    return max(a, b) <= FORK_JOIN_MARGIN * min(a, b)
 
 
 def in_slow_phase(us: float) -> bool:
     """Whether a fork-join of ``us`` microseconds is the host's slow phase, as far as this
     process has seen the fast one (:func:`lowest_fork_join_us`)."""
-    return us > FORK_JOIN_MARGIN * (lowest_fork_join_us() or us)
+    lowest = lowest_fork_join_us()
+    return lowest is not None and us > lowest and not same_phase(us, lowest)
 
 
-def await_fast_phase(call: Callable[[], None], limit_s: float = 15.0, every_s: float = 0.5) -> float:
-    """Wait, up to ``limit_s`` seconds, until the fork-join (:func:`fork_join_us` of ``call``)
-    reads outside the host's slow phase; returns the last reading. A measurement that wants
-    the fast phase waits out a short slow one instead of taking it, or taking twice as long."""
+def await_fast_phase(call: Callable[[], None], limit_s: float | None = None, every_s: float = 0.5) -> float:
+    """Wait, up to ``limit_s`` seconds (:data:`FAST_PHASE_WAIT_S`), until the fork-join
+    (:func:`fork_join_us` of ``call``) reads outside the host's slow phase; returns the last
+    reading. A measurement that wants the fast phase waits out a short slow one instead of
+    taking it, or taking twice as long."""
     us = fork_join_us(call)
-    end = time.monotonic() + limit_s
+    end = time.monotonic() + (FAST_PHASE_WAIT_S if limit_s is None else limit_s)
     while in_slow_phase(us) and time.monotonic() < end:
         time.sleep(every_s)
         us = fork_join_us(call)
     return us
-
-
-def lowest_fork_join_us() -> float | None:
-    """The fastest fork-join :func:`fork_join_us` has read in this process (None before any):
-    the host's fast phase, as far as this process has seen it."""
-    return _lowest_join
 
 
 def speed(host: dict) -> float | None:

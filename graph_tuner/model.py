@@ -144,9 +144,8 @@ class Model:
         >>> len(a.digest), a.digest == load_model("resnet-18").digest, a.digest == b.digest
         (12, True, False)
         """
-        text = repr([(op.name, op.kind, op.inputs, sorted(op.attrs.items()), tuple(op.shape),
-                      sorted(op.weights.items())) for op in self._ops] + [self.outputs])
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
+        return short_digest([(op.name, op.kind, op.inputs, sorted(op.attrs.items()), tuple(op.shape),
+                              sorted(op.weights.items())) for op in self._ops] + [self.outputs])
 
     def __repr__(self) -> str:
         return f"<Model {self.name}: {len(self._ops)} ops, {len(self.convs())} convs, input {self.op(self.inputs[0]).shape}>"
@@ -243,6 +242,16 @@ class Model:
             return {op: {k: np.array(v, dtype=np.float32) for k, v in ps.items()}
                     for op, ps in self._initializers.items()}
         return _random_params(self._ops, seed)
+
+
+def short_digest(value) -> str:
+    """12 hex digits of the SHA-1 of ``repr(value)``: what records carry to tell one model, or
+    one step, from another of the same name.
+
+    >>> short_digest([1, "a"]) == short_digest([1, "a"]) != short_digest([1, "b"])
+    True
+    """
+    return hashlib.sha1(repr(value).encode()).hexdigest()[:12]
 
 
 def infer_shapes(ops: dict[str, Op], order: list[str]) -> None:

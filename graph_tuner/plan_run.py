@@ -15,7 +15,7 @@ from typing import Iterator
 
 import numpy as np
 
-from graph_tuner.host_state import FORK_JOIN_MARGIN
+from graph_tuner.host_state import FORK_JOIN_MARGIN, same_phase
 
 
 @dataclass
@@ -48,9 +48,17 @@ class RunResult:
         neighbour's phase put MobileNet-v2's profile at 5.39 ms against a 3.35 ms median); nor
         when the fork-join read more than :data:`FORK_JOIN_MARGIN` times slower at one end of the
         run than at the other (the host changed phase in between)."""
-        joins = self.fork_join_us
-        return (abs(self.profile.total_ms / self.median_ms - 1) <= STEADY_MARGIN
-                and (joins is None or max(joins) <= FORK_JOIN_MARGIN * min(joins)))
+        return self.profile_agrees and self.one_phase
+
+    @property
+    def profile_agrees(self) -> bool:
+        """The profile's steps sum to within :data:`STEADY_MARGIN` of the whole-run median."""
+        return abs(self.profile.total_ms / self.median_ms - 1) <= STEADY_MARGIN
+
+    @property
+    def one_phase(self) -> bool:
+        """The fork-join read one phase of the host at both ends of the run (or was not read)."""
+        return self.fork_join_us is None or same_phase(*self.fork_join_us)
 
     @property
     def covers(self) -> str:
@@ -96,12 +104,15 @@ class RunResult:
             *([f"host: the thread pool's fork-join took {self.fork_join_us[0]:.1f} us before the timed runs, "
                f"{self.fork_join_us[1]:.1f} us after the profile"] if self.fork_join_us else []),
             *([] if self.steady else [
-                f"warning: the profile's steps sum to {self.profile.total_ms:.3f} ms against a whole-run median of "
-                f"{self.median_ms:.3f} ms ({self.profile.total_ms / self.median_ms - 1:+.0%})"
-                + (f", and the fork-join changed from {self.fork_join_us[0]:.1f} to {self.fork_join_us[1]:.1f} us"
-                   if self.fork_join_us else "")
+                "warning: " + " and ".join(
+                    ([] if self.profile_agrees else
+                     [f"the profile's steps sum to {self.profile.total_ms:.3f} ms against a whole-run median of "
+                      f"{self.median_ms:.3f} ms ({self.profile.total_ms / self.median_ms - 1:+.0%})"])
+                    + ([] if self.one_phase else
+                       [f"the fork-join changed from {self.fork_join_us[0]:.1f} to {self.fork_join_us[1]:.1f} us"]))
                 + ": the host's speed changed during the run (a shared host's neighbours?); per-step and predicted "
-                f"figures compare only in a run where the two agree within {STEADY_MARGIN:.0%}: run again"]),
+                f"figures compare only in a run whose profile and median agree within {STEADY_MARGIN:.0%} and "
+                "whose fork-join stays in one phase: run again"]),
             f"slowest {top} steps:",
             f"  {'step':<36} {'kind':<10} {'measured ms':>11} {'predicted ms':>12}",
         ]
@@ -204,7 +215,8 @@ class InNetworkTimer:
             self.slow_note = (f"calibration: the thread pool's fork-join read over {FORK_JOIN_MARGIN}x the "
                               f"{lowest_fork_join_us():.1f} us it read earlier in this process after both of two runs: "
                               "the host was in a slow phase (on a Zen 4 VM every step then ran 0.05-0.24 ms slower, "
-                              "session 21), and these ratios are that phase's; tune again later to retake them")
+                              "session 21), and these ratios are that phase's; `graph-tuner tune MODEL -o LOG "
+                              "--retime` retakes them (and re-times the finalists)")
         elif ratio > SUSPECT_RATIO:
             self.slow_note = (f"calibration: the network ran the plan {ratio:.2f}x its steps' alone times in "
                               f"both of two runs (calm runs of the bench models on a Zen 4 EPYC: 0.89-1.04x): this "

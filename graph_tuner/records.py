@@ -510,7 +510,7 @@ def _network(env: dict, obj: Mapping, where: str) -> NetworkRecord:
     if (len(args) not in (4, 5) or not isinstance(args[0], str) or args[1] not in IN_NETWORK_KINDS
             or not isinstance(args[2], str) or (len(args) == 5 and not isinstance(args[4], str))):
         raise checks.BadRecord(f"{IN_NETWORK_TASK} needs [model, kind ({'/'.join(IN_NETWORK_KINDS)}), name, detail, "
-                               f"model identity] arguments, got {show(args)}")
+                               f"model identity (a string)] arguments, got {show(args)}")
     kind, detail = args[1], args[3]
     if kind == "conv":
         try:

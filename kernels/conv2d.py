@@ -476,7 +476,7 @@ class RowBlock:
     f: IRFunction
     intr: IntrinsicSet
     rows: int  # R
-    mode: str  # all, first, mid, last
+    mode: str  # all (the whole reduction) or batch (one batch of it)
     data: str
     weight: str
     out: str

@@ -60,3 +60,13 @@ def two_threads(monkeypatch):
     clear_kernel_caches()
     yield
     clear_kernel_caches()
+
+
+@pytest.fixture(autouse=True)
+def _no_waiting_for_the_hosts_fast_phase(monkeypatch):
+    """No test waits for the host's fast phase (a calibration would wait up to 15 s a run on a
+    host in its slow phase), and none sees another test's fork-join readings."""
+    from graph_tuner import host_state
+
+    monkeypatch.setattr(host_state, "FAST_PHASE_WAIT_S", 0.0)
+    monkeypatch.setattr(host_state, "_lowest_join", {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -248,15 +249,24 @@ def test_the_host_probe_is_timed_in_the_rounds_like_a_runtime():
     assert describe(host).startswith("one-thread conv ") and probe() > 0.1
 
 
-def test_the_fork_join_probe_times_one_call_of_the_thread_pool():
-    from graph_tuner.host_state import FORK_JOIN_CALLS, fork_join_call, fork_join_us
-    from kernels.timing import measure
+def test_the_fork_join_probe_times_one_call_of_the_thread_pool(monkeypatch):
+    """A reading is one call's microseconds (a timing covers FORK_JOIN_CALLS calls); the
+    process keeps the fastest per thread count, and a reading over 1.5x it is the slow phase."""
+    import kernels.timing as timing
+    from graph_tuner import host_state
 
-    calls = fork_join_call()
-    per_call = fork_join_us(calls)
-    batch = measure(calls, number=1, repeat=5, warmup=1).median_s * 1e6  # FORK_JOIN_CALLS calls
-    assert 0.0 < per_call < 1000.0 and batch > 10 * per_call  # per call, not per batch of calls
-    assert FORK_JOIN_CALLS * per_call / 5 < batch < 5 * FORK_JOIN_CALLS * per_call
+    calls = host_state.fork_join_call()
+    calls()  # the real probe runs
+    medians = iter([200e-6, 320e-6, 150e-6])  # seconds per timing of FORK_JOIN_CALLS calls
+    monkeypatch.setattr(timing, "measure", lambda *a, **k: SimpleNamespace(median_s=next(medians)))
+    assert host_state.FORK_JOIN_CALLS == 100 and host_state.lowest_fork_join_us() is None
+    assert not host_state.in_slow_phase(5.0)  # nothing read yet: no phase known
+    assert host_state.fork_join_us(calls) == pytest.approx(2.0)
+    assert host_state.fork_join_us(calls) == pytest.approx(3.2) and host_state.lowest_fork_join_us() == pytest.approx(2.0)
+    assert host_state.in_slow_phase(3.2) and not host_state.in_slow_phase(2.9)
+    assert host_state.fork_join_us(calls) == pytest.approx(1.5) and host_state.lowest_fork_join_us() == pytest.approx(1.5)
+    monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "1")  # another thread count: its own fastest
+    assert host_state.lowest_fork_join_us() is None
 
 
 def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):

@@ -284,6 +284,7 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
     monkeypatch.setattr(host_state, "fork_join_call", lambda: None)
     monkeypatch.setattr(host_state, "fork_join_us", fake_join)
     monkeypatch.setattr(host_state, "lowest_fork_join_us", lambda: min(seen))
+    monkeypatch.setattr(host_state, "FAST_PHASE_WAIT_S", 15.0)  # on the fake clock
     monkeypatch.setattr(host_state, "time", SimpleNamespace(monotonic=lambda: now[0],
                                                             sleep=lambda s: now.__setitem__(0, now[0] + s)))
     for speed in (1.0, 2.0):
@@ -442,6 +443,7 @@ def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, 
     assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "calibrated in the network" in out and "in-network ratios:" in out
+    assert "the thread pool's fork-join" in out  # the host's phase at the start and the end
     assert log.read_bytes().startswith(plain_log)  # appended, nothing rewritten
     calibrated = log.read_bytes()
     assert main(["tune", str(tiny_onnx), "-o", str(log), "--trials", "3", "--no-progress"]) == 0
@@ -467,11 +469,13 @@ def test_tune_calibrate_writes_ratios_that_solve_costs_the_plan_with(tiny_onnx, 
     # records of sessions 18-20 are not used.
     text = log.read_text()
     assert f', "{model.digest}"]' in text
-    for other in (text.replace(f'["{model.name}", ', '["another-model", '),
-                  text.replace(f', "{model.digest}"]', ', "0123abcd4567"]'),
-                  text.replace(f', "{model.digest}"]', ']')):
+    # A log with this model's ratios, none usable, says so.
+    for other, said in ((text.replace(f'["{model.name}", ', '["another-model", '), False),
+                        (text.replace(f', "{model.digest}"]', ', "0123abcd4567"]'), True),
+                        (text.replace(f', "{model.digest}"]', ']'), True)):
         gt = GraphTuner(model, other.splitlines())
         assert len(gt.log.network) == len(network) and not gt.network
+        assert any(f"in-network ratios for {model.name} are another version's" in w for w in gt.warnings) is said
         assert not any("costs in the network" in n for n in gt.solve(measure=True).notes)
 
 

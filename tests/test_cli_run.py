@@ -182,3 +182,7 @@ def test_a_run_whose_profile_and_median_disagree_says_so():
         assert r.steady is steady and r.to_json()["fork_join_us"] == list(joins)
         assert f"fork-join took {joins[0]:.1f} us" in r.report()
         assert ("the fork-join changed from" in r.report()) is not steady
+        assert "the profile's steps sum" not in r.report()  # they agree: only the cause that holds
+    # Profile and median apart, one phase: the warning names that cause only.
+    r = RunResult("m", 1, 2, 4.5, 4.5, 3.0, Profile(steps), fork_join_us=(1.6, 1.6))
+    assert not r.steady and "the profile's steps sum" in r.report() and "fork-join changed" not in r.report()

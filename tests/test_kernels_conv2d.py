@@ -193,6 +193,7 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
         assert ir.count("call void @llvm.prefetch") > 0 if per_step else "call void @llvm.prefetch" not in ir
         for n in (1, 3):
             run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
+        run_and_compare(wl, cfg)  # no bias: the first batch starts from zero
     finally:
         clear_kernel_caches()
 
@@ -308,6 +309,7 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
     try:
         for n in (1, 3):
             run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
+        run_and_compare(wl, cfg)  # no bias: the first batch starts from zero
         rng = np.random.default_rng(5)
         k = conv.build_conv2d(wl, cfg, bias=True, affine_out=True, affine_activation="relu6")
         x = rng.standard_normal(wl.data_shape, dtype=np.float32)

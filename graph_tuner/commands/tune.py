@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.retime:
         n = retime_model(model, args.output, progress=not args.no_progress, print_fn=print)
         print(f"re-timed {n} configs; log: {args.output}")
-        print(f"host while re-timing: one-thread conv {before:.0f} GFLOP/s at the start, {probe():.0f} at the end")
+        print(f"host while re-timing: one-thread conv {before:.0f} GFLOP/s at the start, {probe():.0f} at the end; "
+              f"the thread pool's fork-join {join:.1f} us at the start, {fork_join_us():.1f} at the end")
         if not args.no_calibrate:  # the alone times changed: their ratios are taken again
             calibrate_log(model, args.output, print_fn=print)
         return 0

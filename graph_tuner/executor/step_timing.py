@@ -20,14 +20,13 @@ process. Concats at batch 1 and reshapes are views (:mod:`.memory`): they cost n
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 from typing import Iterable, Mapping
 
 import numpy as np
 
 from graph_tuner.fusion import Step, plan_steps
-from graph_tuner.model import Model
+from graph_tuner.model import Model, short_digest
 
 _memo: dict[tuple, float] = {}  # step signature -> ms, for this process
 COLD_MIN_BYTES = 64 << 10  # parameters from this size up are timed cold (_time_step)
@@ -63,8 +62,7 @@ def step_identities(model: Model) -> dict[str, str]:
     >>> {name: len(digest) for name, digest in step_identities(m).items()}
     {'max_pool2': 12}
     """
-    return {s.ops[0]: hashlib.sha1(repr(_signature(model, s, 1)[:2]).encode()).hexdigest()[:12]
-            for s in costed_steps(model)}
+    return {s.ops[0]: short_digest(_signature(model, s, 1)[:2]) for s in costed_steps(model)}
 
 
 def forget_timings() -> None:
