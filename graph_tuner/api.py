@@ -88,7 +88,7 @@ class GraphTuner:
             if other and not self.network:
                 self.warnings.append(
                     f"{self.log.source}: its {other} in-network ratios for {self.model.name} are another version's "
-                    "or batch size's, or older than the model digest ratios carry (session 21): not used; "
+                    "or batch size's, or were written before ratios carried the model's digest: not used; "
                     f"`graph-tuner tune {self.model.name} -o LOG` on this machine retakes them, timing nothing else")
             self.warnings += _foreign_cpu_warnings(self.log, records)
 
