@@ -15,6 +15,7 @@ from typing import Iterator
 
 import numpy as np
 
+from graph_tuner import host_state
 from graph_tuner.host_state import FORK_JOIN_MARGIN, same_phase
 
 
@@ -147,12 +148,10 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     from graph_tuner.executor import compile_model
     from kernels.threads import num_threads
 
-    from graph_tuner.host_state import fork_join_call, fork_join_us
-
     prog = compile_model(model, plan, params)
     outputs = prog.run(seeded_input(model) if x is None else x)
-    join = fork_join_call()
-    before = fork_join_us(join)
+    join = host_state.fork_join_call()
+    before = host_state.fork_join_us(join)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
     if retime:
         check = prediction_checks({"plan": prog}, {"plan": plan}, model, repeat)["plan"]
@@ -160,7 +159,7 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     else:
         profile, retimed = prog.profile(repeat=max(5, repeat // 2)), None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
-                     profile, outputs, retimed, (before, fork_join_us(join)))
+                     profile, outputs, retimed, (before, host_state.fork_join_us(join)))
 
 
 class InNetworkTimer:
@@ -196,29 +195,28 @@ class InNetworkTimer:
         (:func:`~graph_tuner.host_state.await_fast_phase`), and one that lasts the wait keeps the
         run taken in it (a second would be too; session 21's Inception-v3 tune took 180 s so)."""
         from graph_tuner.executor import compile_model
-        from graph_tuner.host_state import (await_fast_phase, fork_join_call, fork_join_us, in_slow_phase,
-                                            lowest_fork_join_us)
 
         self.slow_note = None  # about this plan's runs only
         prog = compile_model(self.model, plan, self.params)
         prog.set_inputs(*seeded_inputs(self.model))
-        probe = fork_join_call()
+        probe = host_state.fork_join_call()
 
         def run() -> tuple[bool, float, dict]:  # (in a slow phase, whole ratio, the run)
-            await_fast_phase(probe)
+            host_state.await_fast_phase(probe)
             measured = self._run(prog, plan)
-            return in_slow_phase(fork_join_us(probe)), whole_ratio(measured), measured
+            return host_state.in_slow_phase(host_state.fork_join_us(probe)), whole_ratio(measured), measured
 
         first = run()
         if not first[0] and first[1] <= SUSPECT_RATIO:
             return first[2]
-        if first[0] and in_slow_phase(await_fast_phase(probe)):
+        if first[0] and host_state.in_slow_phase(host_state.await_fast_phase(probe)):
             slow, ratio, kept = first  # the phase lasts: a second run would be taken in it too
         else:
             slow, ratio, kept = min(first, run(), key=lambda r: r[:2])
         if slow:
             self.slow_note = (f"calibration: the thread pool's fork-join read over {FORK_JOIN_MARGIN}x the "
-                              f"{lowest_fork_join_us():.1f} us it read earlier in this process after the run: "
+                              f"{host_state.lowest_fork_join_us():.1f} us it read earlier in this process after "
+                              "the run: "
                               "the host was in a slow phase (on a Zen 4 VM every step then ran 0.05-0.24 ms slower, "
                               "session 21), and these ratios are that phase's; `graph-tuner tune MODEL -o LOG "
                               "--retime` retakes them (and re-times the finalists)")

@@ -149,7 +149,7 @@ class NetworkRecord(_Measured):
     kind: str
     name: str
     key: Any
-    identity: str | None = None
+    identity: str | None
 
 
 @dataclass

@@ -302,6 +302,14 @@ def _open_log(path: Path):
         raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
 
 
+def append_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
+    """Append ``records`` (record dicts) to the log, one line each, flushed."""
+    with _open_log(prepare_log(path)) as log:
+        for rec in records:
+            log.write(format_record(rec) + "\n")
+        log.flush()
+
+
 def prepare_log(path: str | os.PathLike) -> Path:
     """Check that ``path`` is a log (or new) and writable, before any measuring; then cut a
     partial last line a killed run left. Raises :class:`GraphTunerError` with the file
@@ -619,7 +627,8 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
             print_fn(f"warning: {len(gt.log.warnings) - 3} more bad lines skipped")
     if calibrate:
         calibrate_log(m, log_path, top_k=top_k, print_fn=print_fn, measure_transform=measure_transform,
-                      if_needed=not any(s.new or s.confirmed for s in summaries))
+                      if_needed=not any(s.new or s.confirmed for s in summaries),
+                      tuner=gt if transforms else None)
     return summaries
 
 
@@ -654,20 +663,20 @@ CALIBRATION_ROUNDS = 6
 
 
 def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None,
-                  if_needed: bool = False, measure_transform: Callable | None = None) -> int:
+                  if_needed: bool = False, measure_transform: Callable | None = None, tuner=None) -> int:
     """The last step of ``tune``: solve the log as ``solve`` does (times taken alone), run that
     plan here (:class:`graph_tuner.plan_run.InNetworkTimer`) and append each of its steps'
     in-network / alone ratios to the log as a record (:meth:`GraphTuner.network_records`),
     flushed. A later ``solve`` on the log picks the same configs and costs them with those,
     measuring nothing (:func:`settle_transforms`). ``if_needed``: not if the log already has
     a ratio for every step of the plan it solves to. ``measure_transform``: times a transform
-    a solve wants (default: this CPU's cache, else timed here). Returns how many records were
-    appended."""
+    a solve wants (default: this CPU's cache, else timed here). ``tuner``: the log's
+    :class:`GraphTuner` as :func:`settle_transforms` left it (else one is made). Returns how
+    many records were appended."""
     from graph_tuner.loading import load_model
-    from graph_tuner.records import format_record
 
     m = load_model(model)
-    gt = _log_tuner(m, log_path, top_k)
+    gt = tuner or _log_tuner(m, log_path, top_k)
     if if_needed and gt.network:
         solved = gt.solve(measure=logging_measure(log_path, measure_transform)[0])
         if not gt.network.unmeasured(solved):
@@ -680,10 +689,7 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
     plan = gt.solve(measure=logging_measure(log_path, measure_transform)[0], calibrate=1,
                     calibration_rounds=CALIBRATION_ROUNDS)
     records = gt.network_records(plan)
-    with _open_log(prepare_log(log_path)) as log:
-        for rec in records:
-            log.write(format_record(rec) + "\n")
-        log.flush()
+    append_records(log_path, records)
     settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
     for note in (n for n in plan.notes if n.startswith("calibrat")):
         print_fn(note)
@@ -723,12 +729,7 @@ def _log_tuner(model, log_path: str | os.PathLike, top_k: int, *, fresh_steps: b
     gt = GraphTuner(model, log_path, target=host_target(), top_k=top_k, fallback=True, skip_bad_lines=True)
     gt.benchmark_steps(fresh=fresh_steps)
     if gt.timed_steps:  # into the log, so that every later solve costs them alike
-        from graph_tuner.records import format_record
-
-        with _open_log(prepare_log(log_path)) as log:
-            for rec in gt.step_records():
-                log.write(format_record(rec) + "\n")
-            log.flush()
+        append_records(log_path, gt.step_records())
     return gt
 
 

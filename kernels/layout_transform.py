@@ -111,7 +111,12 @@ def build_transform(shape_nchw: tuple[int, int, int, int], src_block: int | None
     return _built[key]
 
 
-def build_transforms(keys: Iterable[tuple], per_module: int = 32) -> None:
+# Transforms compiled to one LLVM module (build_transforms): few enough that a stopped run
+# loses little compiling, many enough to halve the compile time.
+PER_MODULE = 32
+
+
+def build_transforms(keys: Iterable[tuple], per_module: int = PER_MODULE) -> None:
     """Compile the transforms of ``keys`` (``(shape, src block, dst block)``) not built yet,
     ``per_module`` to an LLVM module (:func:`kernels.jit.compile_linked`: half the compile
     time of one module each), into the cache :func:`build_transform` reads."""

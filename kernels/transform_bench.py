@@ -178,11 +178,6 @@ def time_transform(key: Key, *, repeat: int = 9) -> float:
     return measure(run, min_repeat_ms=1, repeat=repeat, warmup=1).median_s
 
 
-# Transforms compiled to one module before they are timed (kernels.layout_transform.build_transforms):
-# few enough that a stopped run loses little compiling, many enough to halve the compile time.
-BUILD_BATCH = 32
-
-
 def measure_transforms(
     keys: Iterable,
     progress: bool = True,
@@ -197,7 +192,7 @@ def measure_transforms(
     first), so a caller can keep it before the next one is measured."""
     from tqdm import tqdm
 
-    from kernels.layout_transform import build_transforms
+    from kernels.layout_transform import PER_MODULE, build_transforms
 
     built_here = measure_one is None  # time_transform: compile ahead, many to a module
     measure_one = measure_one or time_transform
@@ -213,8 +208,8 @@ def measure_transforms(
     caching = True
     for i, key in enumerate(tqdm(missing, desc="layout transforms", unit="transform",
                                  disable=not progress or not missing)):
-        if built_here and i % BUILD_BATCH == 0:
-            build_transforms(missing[i:i + BUILD_BATCH])
+        if built_here and i % PER_MODULE == 0:  # compile a module's worth ahead of its timings
+            build_transforms(missing[i:i + PER_MODULE])
         out[key] = float(measure_one(key))
         try:
             if caching:
