@@ -1,4 +1,4 @@
-"""Winograd F(4x4, 3x3) convolution for stride-1, 3x3 NCHWc convs: 4x fewer multiplications.
+"""Winograd F(4x4, 3x3) convolution for stride-1, 3x3 NCHWc convs, any padding: 4x fewer multiplications.
 
 Lavin & Gray's minimal filtering: each 6x6 input tile ``d`` (4x4 outputs plus the 3x3
 window's border) and each 3x3 filter ``g`` give ``Y = A^T [(G g G^T) * (B^T d B)] A``; the
@@ -49,9 +49,11 @@ V_ARG, M_ARG = len(ARGS), len(ARGS) + 1
 
 
 def supported(workload: Conv2DWorkload) -> bool:
-    """A 3x3, stride-1, undilated, ungrouped conv padded by 1 on every side (output = input size)."""
+    """A 3x3, stride-1, undilated, ungrouped conv, padded or not (Inception-v3's stem convs
+    are unpadded: a tile's window starts ``padding`` before its outputs, and what lies
+    outside the input reads as zero, so the padding is only where the windows start)."""
     return (workload.kernel_size == (3, 3) and workload.strides == (1, 1) and workload.dilation == (1, 1)
-            and workload.groups == 1 and workload.padding == (1, 1, 1, 1))
+            and workload.groups == 1)
 
 
 def tiles(workload: Conv2DWorkload) -> tuple[int, int]:
@@ -62,7 +64,7 @@ def tiles(workload: Conv2DWorkload) -> tuple[int, int]:
 def gemm_workload(workload: Conv2DWorkload) -> Conv2DWorkload:
     """The 36 products as one grouped 1x1 conv over the image of tiles (what is tuned)."""
     if not supported(workload):
-        raise ValueError(f"Winograd F(4,3) needs a 3x3 stride-1 conv padded by 1, got {workload}")
+        raise ValueError(f"Winograd F(4,3) needs an ungrouped, undilated 3x3 stride-1 conv, got {workload}")
     n, c = workload.data_shape[:2]
     th, tw = tiles(workload)
     oc = workload.out_channels
@@ -115,14 +117,16 @@ def _transform(f: IRFunction, intr: IntrinsicSet, left, tile: list[list[str]], w
 
 
 def input_transform_ir(name: str, workload: Conv2DWorkload, block: int, lanes: int, intr: IntrinsicSet) -> str:
-    """``@name(args, item)``: item = (image, channel block, tile row); V from the padded input."""
+    """``@name(args, item)``: item = (image, channel block, tile row); V from the input, zero
+    where a tile's window lies outside it."""
     n, c, h, wd = workload.data_shape
+    top, left = workload.padding[:2]
     th, tw = tiles(workload)
     cb = c // block
     f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind", md_base=200_000)
     x, v = arg_ptr(f, 0), arg_ptr(f, V_ARG)
     img, b, t = decompose(f, "%item", [n, cb, th])
-    row0 = f.op(f"sub nsw i64 {f.mul(t, M)}, 1")
+    row0 = f.op(f"sub nsw i64 {f.mul(t, M)}, {top}")
     rows = []  # per tile row i: (in bounds, clamped row)
     for i in range(ALPHA):
         r = f.add(row0, i)
@@ -130,7 +134,7 @@ def input_transform_ir(name: str, workload: Conv2DWorkload, block: int, lanes: i
         rows.append((inside, f.op(f"select i1 {inside}, i64 {r}, i64 0")))
     plane = f.affine((img, cb * h * wd * block), (b, h * wd * block))
     with f.loop(tw) as u:
-        col0 = f.op(f"sub nsw i64 {f.mul(u, M)}, 1")
+        col0 = f.op(f"sub nsw i64 {f.mul(u, M)}, {left}")
         cols = []
         for j in range(ALPHA):
             col = f.add(col0, j)

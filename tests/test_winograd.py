@@ -31,7 +31,7 @@ def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
     if epilogue.get("affine_out"):
         args.update(out2=out2, scale2=scale, shift2=shift)
     k(to_blocked(x, cfg.ic_bn), pack_weight(transform_weight(w), cfg.ic_bn, cfg.oc_bn), out, **args)
-    y = conv2d_nchw(x, w, padding=(1, 1, 1, 1), bias=b if epilogue.get("bias") else None,
+    y = conv2d_nchw(x, w, padding=wl.padding, bias=b if epilogue.get("bias") else None,
                     residual=res if epilogue.get("residual") else None, activation=epilogue.get("activation"))
     scale_of = np.abs(y).max()
     np.testing.assert_allclose(from_blocked(out), y, rtol=0, atol=2e-5 * scale_of)
@@ -44,22 +44,26 @@ def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
 def cases(draw):
     c = draw(st.sampled_from([4, 8, 16, 24, 32]))
     oc = draw(st.sampled_from([8, 16, 32, 48]))
-    h, w = draw(st.integers(1, 13)), draw(st.integers(1, 13))  # tiles cut by the border or not
-    wl = Conv2DWorkload((draw(st.integers(1, 2)), c, h, w), (oc, c, 3, 3), padding=(1, 1, 1, 1))
+    # Padded as most convs, unpadded as Inception-v3's stem, or unevenly (windows start
+    # before, at or after the input's first row and column).
+    pad = draw(st.sampled_from([(1, 1, 1, 1), (0, 0, 0, 0), (2, 0, 1, 2), (0, 2, 2, 1)]))
+    # tiles cut by the border or not; at least one output row and column
+    h, w = draw(st.integers(max(1, 3 - pad[0] - pad[2]), 13)), draw(st.integers(max(1, 3 - pad[1] - pad[3]), 13))
+    wl = Conv2DWorkload((draw(st.integers(1, 2)), c, h, w), (oc, c, 3, 3), padding=pad)
     ic_bn = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if c % d == 0]))
     oc_bn = draw(st.sampled_from([d for d in (4, 8, 16, 32) if oc % d == 0]))
-    tw = -(-w // 4)
+    tw = -(-wl.out_width // 4)
     cfg = Conv2DConfig(ic_bn, oc_bn, draw(st.integers(1, max(1, min(tw, 4)))), False, draw(st.integers(1, 2)))
     epi = draw(st.sampled_from([{}, dict(bias=True, activation="relu"), dict(bias=True, residual=True),
                                 dict(activation="relu", affine_out=True, affine_activation="relu")]))
     return wl, cfg, epi
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(cases())
 def test_matches_the_reference_conv(case):
     """Any channel blocks, sizes not a multiple of the tile (border tiles partly outside),
-    batches of 1 and 2, the epilogues a network fuses."""
+    any padding, batches of 1 and 2, the epilogues a network fuses."""
     wl, cfg, epi = case
     _run(wl, cfg, **epi)
 
@@ -69,14 +73,21 @@ def test_a_resnet_stage():
          bias=True, activation="relu")
 
 
+def test_inception_v3s_unpadded_stem_conv():
+    _run(Conv2DWorkload((1, 80, 73, 73), (192, 80, 3, 3)), Conv2DConfig(16, 32, 5, False, 2),
+         bias=True, activation="relu")
+
+
 def test_what_it_supports():
     w = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
-    assert supported(w)
+    assert supported(w) and supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3)))
+    assert gemm_workload(Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3))) == gemm_workload(w)  # 28x28 outputs
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1)))
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 1, 1)))
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 32, 3, 3), padding=(1, 1, 1, 1), groups=2))
+    assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), dilation=(2, 2), padding=(2, 2, 2, 2)))
     with pytest.raises(ValueError, match="3x3 stride-1"):
-        gemm_workload(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3)))  # unpadded: the output shrinks
+        gemm_workload(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), strides=(2, 2)))
     with pytest.raises(ValueError, match="prologue"):
         winograd_epilogue(dict(prologue=True))
     assert winograd_epilogue(dict(bias=True, affine_out=False, prologue=False)) == dict(bias=True, affine_out=False)
