@@ -154,17 +154,24 @@ def compact_input(workload: Conv2DWorkload) -> Conv2DWorkload | None:
 
 
 def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None,
-                    rows_first: bool = False) -> Conv2DWorkload:
+                    rows_first: bool = False, prologue: bool = False) -> Conv2DWorkload:
     """The workload the kernel's main pass is generated for: over the compact copy of a
     strided 1x1 conv's input (:func:`compact_input`), with a work item's rows joined
     (:func:`join_rows`; its items rows first where :func:`takes_rows_first`)."""
     return join_rows(compact_input(workload) or workload, config, threads,
-                     takes_rows_first(workload, config, rows_first, threads))
+                     takes_rows_first(workload, config, rows_first, threads, prologue))
 
 
-def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool, threads: int | None = None) -> bool:
-    """Whether a kernel asked for rows-first work items gets them: an unpadded stride-1 1x1
-    conv with several output channel blocks and row tiles enough (3 per thread) to share.
+# Row tiles per thread from which an unpadded stride-1 1x1 conv without an input prologue
+# takes rows first unasked (takes_rows_first).
+ROWS_FIRST_TILES = 8
+
+
+def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool, threads: int | None = None,
+                     prologue: bool = False) -> bool:
+    """Whether a kernel's work items go rows first: an unpadded stride-1 1x1 conv with several
+    output channel blocks and row tiles enough to share, 3 per thread when asked, and
+    unasked :data:`ROWS_FIRST_TILES` per thread without an input ``prologue``.
 
     The pool gives each thread a contiguous band of the work items first
     (:mod:`kernels.pool_ir`). Items are ``(n, channel block, rows)``: a band is some channel
@@ -175,20 +182,32 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     write over what the block before's 1x1 projection read (benchmarks/output_state.py),
     ran 25-40% faster, and the whole network took 0.95-0.99x the time. The conv itself runs
     about as fast, but not with few row tiles (each thread's weights pass once per row tile:
-    a 7x7 projection with 4 for 2 threads took +0.016 ms), and as a rule for all 1x1 convs
-    it cost ResNet-50 and DenseNet-121 1% (benchmarks/README.md, session 17). So the
-    executor asks for it only where a depthwise conv writes next over the conv's input
+    a 7x7 projection with 4 for 2 threads took +0.016 ms; as a rule for all 1x1 convs it cost
+    ResNet-50 and DenseNet-121 1%, benchmarks/README.md, session 17). So the executor asks
+    for it where a depthwise conv writes next over the conv's input
     (:mod:`graph_tuner.executor.compile`), and the 1x1 conv fused with a depthwise conv runs
-    its items so (:mod:`kernels.dw_project`); the tuner times the other order.
+    its items so (:mod:`kernels.dw_project`). Unasked, a conv takes rows first from 8 row
+    tiles per thread (16 output rows on 2 threads): in the host's slow phase and its fast
+    one, ResNeXt-50's plan then ran 0.95x and 0.985x the time, ResNet-50's 0.97x and 1.01x,
+    Inception-v3's 0.98x and 1.00x; DenseNet-121's 1x1 convs, which transform their input
+    in a prologue, ran 1.02x in the slow phase so, and 1.00x left as they were (session 22).
+    The tuner times a conv in the order it takes unasked.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
     >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]
     [True, False]
+    >>> takes_rows_first(w, Conv2DConfig(16, 16, 7), False, threads=2)  # 14 rows: under 8 per thread
+    False
+    >>> big = Conv2DWorkload((1, 256, 28, 28), (64, 256, 1, 1))
+    >>> [takes_rows_first(big, Conv2DConfig(16, 16, 7), False, threads=2, prologue=p) for p in (False, True)]
+    [True, False]
     """
     _, _, H, _ = workload.data_shape
     one_by_one = workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
-    return (asked and one_by_one and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
-            and -(-H // config.oh_bn) >= 3 * (threads or num_threads()))
+    tiles = -(-H // config.oh_bn)
+    return (one_by_one and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
+            and (tiles >= 3 * (threads or num_threads()) if asked
+                 else not prologue and tiles >= ROWS_FIRST_TILES * (threads or num_threads())))
 
 
 def subsample_copy_ir(name: str, workload: Conv2DWorkload, block: int, scratch_arg: int) -> str:
@@ -370,8 +389,8 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     """The :class:`ConvContext` of a checked workload and config."""
     source = workload
     compact = compact_input(workload) is not None
-    rows_first = takes_rows_first(workload, config, rows_first)
-    workload = kernel_workload(workload, config, rows_first=rows_first)
+    rows_first = takes_rows_first(workload, config, rows_first, prologue=prologue)
+    workload = kernel_workload(workload, config, rows_first=rows_first, prologue=prologue)
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
     OH, OW = workload.out_height, workload.out_width
@@ -436,7 +455,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
                         affine_out, affine_activation, prologue, prologue_activation,
-                        takes_rows_first(workload, config, rows_first))
+                        takes_rows_first(workload, config, rows_first, prologue=prologue))
 
 
 # The tuner asks for one config's text up to three times (compiling it ahead, then building
@@ -891,7 +910,7 @@ class Conv2DKernel(Kernel):
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
                        prologue_activation=prologue_activation, rows_first=rows_first)
-        self.rows_first = takes_rows_first(workload, config, rows_first)  # as generated
+        self.rows_first = takes_rows_first(workload, config, rows_first, prologue=prologue)  # as generated
         t, l, b, r = workload.padding
         scratch = []
         if pads_by_copy(workload, config):

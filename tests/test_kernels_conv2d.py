@@ -20,7 +20,7 @@ def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, see
     b = rng.standard_normal(wl.out_channels, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
     k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
-    assert getattr(k, "rows_first", False) == (rows_first and takes_rows_first(wl, cfg, True))
+    assert getattr(k, "rows_first", False) == takes_rows_first(wl, cfg, rows_first)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
     run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, cfg.ic_bn, cfg.oc_bn), out, bias=b,
                  residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
@@ -350,8 +350,21 @@ def test_1x1_rows_first_items_match_the_reference(two_threads, shape, cfg, nthre
     wl = Conv2DWorkload(shape, (64, shape[1], 1, 1))
     assert takes_rows_first(wl, cfg, True, threads=2)
     assert "; items rows first" in conv2d_ir(wl, cfg, rows_first=True)
-    assert "; items rows first" not in conv2d_ir(wl, cfg)
+    # Unasked, only with 8 row tiles per thread (the last shape's 16 rows).
+    assert ("; items rows first" in conv2d_ir(wl, cfg)) == (shape[2] == 16)
     run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, rows_first=True)
+
+
+def test_1x1_convs_with_rows_enough_take_rows_first_unasked(two_threads):
+    """From ROWS_FIRST_TILES row tiles per thread a 1x1 conv runs rows first unasked (as the tuner
+    times it), not with an input prologue; either way the same conv."""
+    wl = Conv2DWorkload((1, 64, 16, 12), (32, 64, 1, 1))
+    cfg = Conv2DConfig(16, 16, 4)
+    assert takes_rows_first(wl, cfg, False) and build_conv2d(wl, cfg).rows_first
+    assert not takes_rows_first(wl, cfg, False, prologue=True)
+    assert not build_conv2d(wl, cfg, prologue=True).rows_first
+    assert not takes_rows_first(Conv2DWorkload((1, 64, 15, 12), (32, 64, 1, 1)), cfg, False)  # 15 rows: 7.5 per thread
+    run_and_compare(wl, cfg, bias=True, activation="relu", nthreads=2)
 
 
 def test_rows_first_only_where_it_fits():
@@ -366,11 +379,14 @@ def test_rows_first_only_where_it_fits():
 
 
 @pytest.mark.parametrize("ow_bn", [3, 5])
-def test_1x1_rows_joined_within_work_items_match_the_reference(ow_bn):
+def test_1x1_rows_joined_within_work_items_match_the_reference(monkeypatch, ow_bn):
     """2 output channel blocks of 16 rows: 16 items of 2 rows each, computed as 8 rows of 32 pixels
     whose tiles run across the old row ends; reduced in 2 batches (ic_batch), epilogue included."""
+    from kernels import conv2d as conv
     from kernels.conv2d import ic_batch, join_rows
 
+    monkeypatch.setattr(conv, "ROWS_FIRST_TILES", 10**6)  # channel blocks first (16 rows would go rows first)
+    clear_kernel_caches()
     wl = Conv2DWorkload((1, 256, 16, 16), (64, 256, 1, 1))
     cfg = Conv2DConfig(8, 32, ow_bn)
     joined = join_rows(wl, cfg, threads=2)
@@ -378,6 +394,7 @@ def test_1x1_rows_joined_within_work_items_match_the_reference(ow_bn):
     assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
     run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
     run_and_compare(wl, cfg, residual=True, nthreads=1)
+    clear_kernel_caches()
 
 
 @pytest.mark.parametrize("shape,strides,cfg", [
