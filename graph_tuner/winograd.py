@@ -65,7 +65,8 @@ def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:
 def _tuned(model) -> dict[Conv2DWorkload, tuple[Conv2DWorkload, int]]:
     """GEMM workload -> (the conv it is timed as, its layer count), for the model's eligible
     layers. A GEMM two of its conv workloads share (64 channels at 15x15 and 16x16 both make
-    4x4 tiles) is left out: one record cannot time two different convs."""
+    4x4 tiles, and so do an unpadded 18x18 and a padded 16x16) is left out: one record cannot
+    time two different convs."""
     found: dict[Conv2DWorkload, tuple[Conv2DWorkload, int]] = {}
     shared = set()
     for w, n in model.distinct_workloads():

@@ -93,6 +93,13 @@ def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = 
     return min(best, max(rows, tile_rows))
 
 
+def pointwise(workload: Conv2DWorkload) -> bool:
+    """A 1x1, stride-1, unpadded, ungrouped conv: a matrix product per pixel, whatever the
+    pixels' arrangement (rows may be joined, items taken rows first)."""
+    return (workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
+            and workload.groups == 1)
+
+
 def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None,
               rows_first: bool = False) -> Conv2DWorkload:
     """The workload the kernel is generated for: a 1x1, stride-1, unpadded conv over an
@@ -114,8 +121,7 @@ def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | Non
     True
     """
     N, IC, H, W = workload.data_shape
-    if (workload.kernel_shape[2:] != (1, 1) or workload.strides != (1, 1) or any(workload.padding)
-            or H == 1 or config.oh_bn > 1 or workload.groups > 1):
+    if not pointwise(workload) or H == 1 or config.oh_bn > 1:
         return workload
     # The rows an item holds (rows_per_item), rounded down to a divisor of H: items stay whole rows.
     # Rows first (takes_rows_first), a work item is rows of every channel block: only the rows count.
@@ -186,8 +192,8 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     ResNet-50 and DenseNet-121 1%, benchmarks/README.md, session 17). So the executor asks
     for it where a depthwise conv writes next over the conv's input
     (:mod:`graph_tuner.executor.compile`), and the 1x1 conv fused with a depthwise conv runs
-    its items so (:mod:`kernels.dw_project`). Unasked, a conv takes rows first from 8 row
-    tiles per thread (16 output rows on 2 threads): in the host's slow phase and its fast
+    its items so (:mod:`kernels.dw_project`). Unasked, a conv takes rows first from
+    :data:`ROWS_FIRST_TILES` row tiles per thread: in the host's slow phase and its fast
     one, ResNeXt-50's plan then ran 0.95x and 0.985x the time, ResNet-50's 0.97x and 1.01x,
     Inception-v3's 0.98x and 1.00x; DenseNet-121's 1x1 convs, which transform their input
     in a prologue, ran 1.02x in the slow phase so, and 1.00x left as they were (session 22).
@@ -202,10 +208,8 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     >>> [takes_rows_first(big, Conv2DConfig(16, 16, 7), False, threads=2, prologue=p) for p in (False, True)]
     [True, False]
     """
-    _, _, H, _ = workload.data_shape
-    one_by_one = workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
-    tiles = -(-H // config.oh_bn)
-    return (one_by_one and workload.groups == 1 and workload.out_channels // config.oc_bn > 1
+    tiles = -(-workload.data_shape[2] // config.oh_bn)
+    return (pointwise(workload) and workload.out_channels // config.oc_bn > 1
             and (tiles >= 3 * (threads or num_threads()) if asked
                  else not prologue and tiles >= ROWS_FIRST_TILES * (threads or num_threads())))
 

@@ -53,7 +53,7 @@ def supported(workload: Conv2DWorkload) -> bool:
     are unpadded: a tile's window starts ``padding`` before its outputs, and what lies
     outside the input reads as zero, so the padding is only where the windows start)."""
     return (workload.kernel_size == (3, 3) and workload.strides == (1, 1) and workload.dilation == (1, 1)
-            and workload.groups == 1)
+            and workload.groups == 1 and workload.out_height >= 1 and workload.out_width >= 1)
 
 
 def tiles(workload: Conv2DWorkload) -> tuple[int, int]:

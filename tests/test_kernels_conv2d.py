@@ -20,7 +20,6 @@ def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, see
     b = rng.standard_normal(wl.out_channels, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
     k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
-    assert getattr(k, "rows_first", False) == takes_rows_first(wl, cfg, rows_first)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
     run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, cfg.ic_bn, cfg.oc_bn), out, bias=b,
                  residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
@@ -360,16 +359,17 @@ def test_1x1_convs_with_rows_enough_take_rows_first_unasked(two_threads):
     times it), not with an input prologue; either way the same conv."""
     wl = Conv2DWorkload((1, 64, 16, 12), (32, 64, 1, 1))
     cfg = Conv2DConfig(16, 16, 4)
-    assert takes_rows_first(wl, cfg, False) and build_conv2d(wl, cfg).rows_first
+    assert takes_rows_first(wl, cfg, False) and "; items rows first" in conv2d_ir(wl, cfg)
     assert not takes_rows_first(wl, cfg, False, prologue=True)
-    assert not build_conv2d(wl, cfg, prologue=True).rows_first
+    assert "; items rows first" not in conv2d_ir(wl, cfg, prologue=True)
+    assert "; items rows first" in conv2d_ir(wl, cfg, prologue=True, rows_first=True)  # asked
     assert not takes_rows_first(Conv2DWorkload((1, 64, 15, 12), (32, 64, 1, 1)), cfg, False)  # 15 rows: 7.5 per thread
     run_and_compare(wl, cfg, bias=True, activation="relu", nthreads=2)
 
 
 def test_rows_first_only_where_it_fits():
     w = Conv2DWorkload((1, 64, 14, 14), (64, 64, 1, 1))
-    assert not takes_rows_first(w, Conv2DConfig(16, 16, 7), False, threads=2)  # not asked
+    assert not takes_rows_first(w, Conv2DConfig(16, 16, 7), False, threads=2)  # 14 rows: under ROWS_FIRST_TILES per thread
     assert not takes_rows_first(w, Conv2DConfig(16, 64, 7), True, threads=2)  # one channel block
     assert not takes_rows_first(Conv2DWorkload((1, 64, 14, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1)),
                                 Conv2DConfig(16, 16, 7), True, threads=2)  # not 1x1
@@ -387,14 +387,16 @@ def test_1x1_rows_joined_within_work_items_match_the_reference(monkeypatch, ow_b
 
     monkeypatch.setattr(conv, "ROWS_FIRST_TILES", 10**6)  # channel blocks first (16 rows would go rows first)
     clear_kernel_caches()
-    wl = Conv2DWorkload((1, 256, 16, 16), (64, 256, 1, 1))
-    cfg = Conv2DConfig(8, 32, ow_bn)
-    joined = join_rows(wl, cfg, threads=2)
-    assert joined.data_shape == (1, 256, 8, 32)
-    assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
-    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
-    run_and_compare(wl, cfg, residual=True, nthreads=1)
-    clear_kernel_caches()
+    try:
+        wl = Conv2DWorkload((1, 256, 16, 16), (64, 256, 1, 1))
+        cfg = Conv2DConfig(8, 32, ow_bn)
+        joined = join_rows(wl, cfg, threads=2)
+        assert joined.data_shape == (1, 256, 8, 32)
+        assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
+        run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
+        run_and_compare(wl, cfg, residual=True, nthreads=1)
+    finally:
+        clear_kernel_caches()  # none built channel blocks first left for later tests
 
 
 @pytest.mark.parametrize("shape,strides,cfg", [

@@ -44,8 +44,8 @@ def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
 def cases(draw):
     c = draw(st.sampled_from([4, 8, 16, 24, 32]))
     oc = draw(st.sampled_from([8, 16, 32, 48]))
-    # Padded as most convs, unpadded as Inception-v3's stem, or unevenly (windows start
-    # before, at or after the input's first row and column).
+    # Padded as most convs, unpadded as Inception-v3's stem, or unevenly (the first window
+    # starts 2, 1 or 0 before the input's first row and column).
     pad = draw(st.sampled_from([(1, 1, 1, 1), (0, 0, 0, 0), (2, 0, 1, 2), (0, 2, 2, 1)]))
     # tiles cut by the border or not; at least one output row and column
     h, w = draw(st.integers(max(1, 3 - pad[0] - pad[2]), 13)), draw(st.integers(max(1, 3 - pad[1] - pad[3]), 13))
@@ -86,6 +86,7 @@ def test_what_it_supports():
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 1, 1)))
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 32, 3, 3), padding=(1, 1, 1, 1), groups=2))
     assert not supported(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), dilation=(2, 2), padding=(2, 2, 2, 2)))
+    assert not supported(Conv2DWorkload((1, 64, 1, 1), (64, 64, 3, 3)))  # no output (1x1 unpadded)
     with pytest.raises(ValueError, match="3x3 stride-1"):
         gemm_workload(Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), strides=(2, 2)))
     with pytest.raises(ValueError, match="prologue"):
@@ -140,10 +141,21 @@ def test_layer_candidates_take_the_faster_of_direct_and_winograd():
     assert [c.time for c in only_direct] == [3e-3] and not runs_winograd(late, only_direct[0].record.workload)
 
 
-def test_a_plan_runs_its_winograd_layers():
+def _stem():
+    """Inception-v3's stem in small: unpadded 3x3 convs, then a padded one."""
+    from graph_tuner.builder import GraphBuilder
+
+    b = GraphBuilder("stem")
+    x = b.relu(b.conv(b.input((1, 16, 23, 21)), 32, 3, name="a"))
+    x = b.relu(b.conv(x, 32, 3, name="b"))
+    return b.build(b.conv(x, 48, 3, padding=1, name="c"))
+
+
+@pytest.mark.parametrize("make", ["resnet", "stem"])
+def test_a_plan_runs_its_winograd_layers(make):
     """A plan whose layers chose GEMM records runs them as Winograd kernels (weights
     transformed, epilogues fused: bias, residual adds, a pre-activation unit's second
-    output), and the network matches the reference."""
+    output; unpadded convs too), and the network matches the reference."""
     import dataclasses
 
     from graph_tuner.executor import compile_model, run_reference, uniform_plan
@@ -153,7 +165,8 @@ def test_a_plan_runs_its_winograd_layers():
     from kernels.config_space import tuning_space
     from kernels.winograd import WinogradKernel
 
-    m = resnet(18, image_size=128)  # 3x3 convs on 32x32 down to 4x4 images (Winograd from 8x8)
+    # ResNet-18: 3x3 convs on 32x32 down to 4x4 images (Winograd from 8x8)
+    m = resnet(18, image_size=128) if make == "resnet" else _stem()
     plan = uniform_plan(m, 16)
     layers = []
     for lc in plan.layers:
@@ -174,7 +187,7 @@ def test_a_plan_runs_its_winograd_layers():
     want = run_reference(m, params, x)[0]
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
     winograd = [s for s in prog.steps if isinstance(getattr(s.fn, "keep", (None,))[0], WinogradKernel)]
-    assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= 10  # 4x4 ones too
+    assert len(winograd) == sum(gemm_of(lc.workload) is not None for lc in plan.layers) >= (10 if make == "resnet" else 3)
 
 
 def test_tuning_a_model_tunes_its_winograd_gemms_timed_whole():
@@ -202,6 +215,10 @@ def test_a_gemm_two_convs_share_is_not_tuned():
     y = b.conv(x, 64, 3, padding=1, name="a")
     z = b.conv(b.conv(y, 64, 2, name="shrink"), 64, 3, padding=1, name="b")  # 15x15
     m = b.build(b.conv(z, 64, 3, padding=1, strides=(2, 2), name="c"))
+    assert tuning_workloads(m) == [] and convs_of(m) == {}
+    pad = GraphBuilder("padded and not")  # 18x18 unpadded and 16x16 padded: 16x16 outputs both
+    x = pad.input((1, 64, 18, 18))
+    m = pad.build(pad.conv(pad.conv(x, 64, 3, name="valid"), 64, 3, padding=1, name="same"))
     assert tuning_workloads(m) == [] and convs_of(m) == {}
     alone = GraphBuilder("alone")
     one = alone.build(alone.conv(alone.input((1, 64, 16, 16)), 64, 3, padding=1, name="a"))
