@@ -106,7 +106,7 @@ def max_accumulators(lanes: int) -> int:
     return vector_registers(lanes) - 4
 
 
-def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool:
+def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int, prologue: bool = False) -> bool:
     """Whether the register tile needs more than twice the vector register file in
     accumulators, so that it spills on every step. Not worth a trial: in session 7's first
     znver3 logs none of the 200 such configs came within 2.0x of its workload's best (those of
@@ -117,7 +117,7 @@ def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool
     >>> hopeless(w, Conv2DConfig(64, 2048, 1), 8), hopeless(w, Conv2DConfig(64, 32, 7), 8)
     (True, False)
     """
-    return _tile(workload, config, lanes)[0] > 2 * vector_registers(lanes)
+    return _tile(workload, config, lanes, prologue)[0] > 2 * vector_registers(lanes)
 
 
 class MeasureError(Exception):
@@ -179,22 +179,23 @@ class TuneResult:
         return sum(not m.ok for m in self.measurements)
 
 
-def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int) -> tuple[int, float, float]:
-    """(accumulator registers, lane utilisation, fraction of wasted columns) of a register tile."""
+def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int, prologue: bool = False) -> tuple[int, float, float]:
+    """(accumulator registers, lane utilisation, fraction of wasted columns) of a register tile
+    (``prologue``: the kernel transforms its input, which decides its rows' order and joins)."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    ow = kernel_workload(workload, c).out_width  # rows a 1x1 kernel joins into one have one tail
+    ow = kernel_workload(workload, c, prologue=prologue).out_width  # rows a 1x1 kernel joins into one have one tail
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
     return c.ow_bn * c.oh_bn * vectors, utilisation, waste
 
 
-def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16) -> np.ndarray:
+def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16, prologue: bool = False) -> np.ndarray:
     """What the cost model sees of a config: block sizes, register tile, tails, options.
 
     >>> features(Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3)), Conv2DConfig(16, 16, 4)).shape
     (11,)
     """
-    acc, utilisation, waste = _tile(workload, config, lanes)
+    acc, utilisation, waste = _tile(workload, config, lanes, prologue)
     l_ic, l_oc, l_acc = math.log2(config.ic_bn), math.log2(config.oc_bn), math.log2(acc)
     return np.array([
         l_ic, l_ic ** 2, l_oc, l_oc ** 2, math.log2(utilisation), l_acc, l_acc ** 2,
@@ -202,14 +203,14 @@ def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16) ->
     ])
 
 
-def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16) -> float:
+def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16, prologue: bool = False) -> float:
     """A guess (up to a constant) of log(time) before anything is measured.
 
     FMA throughput needs full vectors and enough independent accumulators to hide
     latency without spilling: ~5/8 of the register file (20 of AVX-512's 32, 10 of AVX2's
     16; two FMA pipes of latency 4 need 8 at least); tiny input blocks mean short inner loops.
     """
-    acc, utilisation, waste = _tile(workload, config, lanes)
+    acc, utilisation, waste = _tile(workload, config, lanes, prologue)
     spill = max(0, acc - max_accumulators(lanes))
     ideal = vector_registers(lanes) * 5 / 8
     return (-math.log(utilisation) + abs(math.log2(acc / ideal)) * 0.5 + spill * 0.2 + waste
@@ -269,6 +270,7 @@ class _Search:
     seed: int
     default: int | None  # AutoTVM's fallback schedule, measured first
     warm: Sequence[tuple[Conv2DWorkload, Conv2DConfig, float]] = ()  # a related workload's timings
+    prologue: bool = False  # the kernel timed transforms its input (kernels.conv2d.takes_rows_first)
     feats: np.ndarray = field(init=False)
     prior: np.ndarray = field(init=False)
     warm_index: np.ndarray = field(init=False)
@@ -277,16 +279,17 @@ class _Search:
     seeds: list[int] = field(init=False)  # the warm workload's fastest config of each pair, fastest first
 
     def __post_init__(self):
-        self.feats = np.array([features(self.workload, c, self.lanes) for c in self.configs])
-        self.prior = np.array([prior_log_time(self.workload, c, self.lanes) for c in self.configs])
+        self.feats = np.array([features(self.workload, c, self.lanes, self.prologue) for c in self.configs])
+        self.prior = np.array([prior_log_time(self.workload, c, self.lanes, self.prologue) for c in self.configs])
         # Scaled by FLOPs to this workload's size, as residuals from its prior: the model
         # starts from where the related workload's configs landed instead of the prior alone.
         warm = [(c, s * self.workload.flops / w.flops) for w, c, s in self.warm if s and s > 0]
         where = {c: i for i, c in enumerate(self.configs)}
         self.warm_index = np.array([where.get(c, -1) for c, _ in warm], dtype=int)  # -1: not in this space
-        self.warm_feats = np.array([features(self.workload, c, self.lanes)
+        self.warm_feats = np.array([features(self.workload, c, self.lanes, self.prologue)
                                     for c, _ in warm]).reshape(len(warm), self.feats.shape[1])
-        self.warm_residual = np.array([math.log(s) - prior_log_time(self.workload, c, self.lanes) for c, s in warm])
+        self.warm_residual = np.array([math.log(s) - prior_log_time(self.workload, c, self.lanes, self.prologue)
+                                       for c, s in warm])
         # Measured first (after the default): the fastest warm config of each of the fastest
         # layout pairs, among this space's candidates (a pair whose fastest is not one offers
         # its next). They stand in for the diversity phase's layout pairs.
@@ -428,7 +431,9 @@ def tune(
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
     buildable = [i for i, c in enumerate(configs) if supported(workload, c)]
-    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
+    # The cost model sees the kernel the timer builds: with an input prologue, its rows' order differs.
+    prologue = isinstance(measure, KernelTimer) and bool(measure.epilogues.get(workload, {}).get("prologue"))
+    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
     seconds: dict[int, float | None] = dict(result.previous)
@@ -436,7 +441,8 @@ def tune(
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
-    search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm)
+    search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm,
+                     prologue)
     start = time.perf_counter()
 
     second = None  # the pair's second, known since its first was picked

@@ -224,6 +224,17 @@ def test_tail_waste_counts_a_plane_run_as_one_row():
     assert _tile(w, Conv2DConfig(16, 16, 5, oh_bn=2), 8)[2] == pytest.approx(3 / 7)  # rows of 7: 2 tiles cover 10
 
 
+def test_tail_waste_follows_the_kernels_item_order(two_threads):
+    """Rows first (kernels.conv2d.takes_rows_first) an item joins 2 rows of 56 pixels; with an
+    input prologue the kernel goes channel blocks first and joins 28: the cost model sees which."""
+    from kernels.config import Conv2DConfig
+    from kernels.tuner import _tile
+
+    w, cfg = Conv2DWorkload((1, 128, 56, 56), (128, 128, 1, 1)), Conv2DConfig(16, 16, 10)
+    assert _tile(w, cfg, 16)[2] == pytest.approx(8 / 112)  # 12 tiles of 10 cover 120
+    assert _tile(w, cfg, 16, prologue=True)[2] == pytest.approx(2 / 1568)  # 157 cover 1570
+
+
 def test_transfer_phase_runs_the_best_tile_under_every_input_block():
     """The last quarter of the trials: the fastest tile under the input blocks it lacks, so the
     graph tuner has a fast config whichever layout the layer before hands over."""
