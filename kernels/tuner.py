@@ -431,8 +431,9 @@ def tune(
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
     buildable = [i for i, c in enumerate(configs) if supported(workload, c)]
-    # The cost model sees the kernel the timer builds: with an input prologue, its rows' order differs.
-    prologue = isinstance(measure, KernelTimer) and bool(measure.epilogues.get(workload, {}).get("prologue"))
+    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
+    # input prologue, its rows' order differs.
+    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
     candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
