@@ -106,7 +106,7 @@ def max_accumulators(lanes: int) -> int:
     return vector_registers(lanes) - 4
 
 
-def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int, prologue: bool = False) -> bool:
+def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool:
     """Whether the register tile needs more than twice the vector register file in
     accumulators, so that it spills on every step. Not worth a trial: in session 7's first
     znver3 logs none of the 200 such configs came within 2.0x of its workload's best (those of
@@ -117,7 +117,7 @@ def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int, prologu
     >>> hopeless(w, Conv2DConfig(64, 2048, 1), 8), hopeless(w, Conv2DConfig(64, 32, 7), 8)
     (True, False)
     """
-    return _tile(workload, config, lanes, prologue)[0] > 2 * vector_registers(lanes)
+    return _tile(workload, config, lanes)[0] > 2 * vector_registers(lanes)  # accumulators: any item order
 
 
 class MeasureError(Exception):
@@ -431,10 +431,7 @@ def tune(
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
     buildable = [i for i, c in enumerate(configs) if supported(workload, c)]
-    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
-    # input prologue, its rows' order differs.
-    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
-    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
+    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
     seconds: dict[int, float | None] = dict(result.previous)
@@ -442,6 +439,9 @@ def tune(
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
+    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
+    # input prologue, its rows' order differs.
+    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
     search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm,
                      prologue)
     start = time.perf_counter()
