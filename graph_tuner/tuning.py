@@ -617,9 +617,11 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
     kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
     summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
+        start = time.monotonic()
         added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
-        print_fn(f"layout transforms: {added} new records; the best plan and the baselines use "
-                 f"{len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} a plan could need")
+        print_fn(f"layout transforms: {added} new records in {time.monotonic() - start:.1f} s; the best plan and "
+                 f"the baselines use {len({t.key for t in plan.transforms})} of the {len(gt.required_transforms())} "
+                 "a plan could need")
         # tune reads past a bad line (it only appends); `solve` refuses the log until it is fixed
         for w in gt.log.warnings[:3]:
             print_fn(f"warning: {w}; `graph-tuner solve` refuses the log until it is fixed (or --skip-bad-lines)")
@@ -675,6 +677,7 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
     many records were appended."""
     from graph_tuner.loading import load_model
 
+    start = time.monotonic()
     m = load_model(model)
     gt = tuner or _log_tuner(m, log_path, top_k)
     if if_needed and gt.network:
@@ -695,7 +698,7 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
         print_fn(note)
     print_fn(f"in-network ratios: {len(records)} records for the plan's {len(plan.layers)} convs, "
              f"{len(plan.steps)} other steps and {len({t.key for t in plan.transforms})} transforms; "
-             f"the plan costs {plan.cost:.3f} ms in the network")
+             f"the plan costs {plan.cost:.3f} ms in the network ({time.monotonic() - start:.1f} s)")
     return len(records)
 
 

@@ -121,7 +121,7 @@ def test_main_job_uses_the_shipped_log(tmp_path):
 def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):
     """ResNet-50 from a ResNet-18 log: only the stem is tuned; the rest fall back."""
     out = tmp_path / "r50.opt.log"
-    shipped = Path(__file__).parents[1] / "data" / "rocketlake" / "resnet-18.log"
+    shipped = Path(__file__).parents[1] / "data" / "znver4" / "resnet-18.log"
     p = run("solve", "resnet-50", "--records", shipped, "--fallback", "--estimate-transforms",
             "--transform-records", shipped, "-o", out)
     assert p.returncode == 0, p.stderr
