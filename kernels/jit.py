@@ -43,7 +43,7 @@ class HostCPU:
     lanes: int  # float32 lanes of the widest usable vector register
     l2_bytes: int = 1 << 20  # per-core L2 size (sysfs; 1 MiB where unknown)
     l1d_bytes: int = 32 << 10  # per-core L1 data cache size (sysfs; 32 KiB where unknown)
-    l3_bytes: int = 32 << 20  # last-level cache size (sysfs; 32 MiB where unknown)
+    l3_bytes: int = 32 << 20  # last-level cache size (sysfs, at most L3_CAP_BYTES; 32 MiB where unknown)
 
     def has(self, feature: str) -> bool:
         return f"+{feature}" in self.features.split(",")
@@ -84,7 +84,14 @@ def host_cpu() -> HostCPU:
     on = set(f[1:] for f in features.split(",") if f.startswith("+"))
     lanes = 16 if "avx512f" in on else 8 if "avx" in on else 4
     return HostCPU(llvm.get_host_cpu_name(), features, lanes, _cache_bytes(2, 1 << 20),
-                   _cache_bytes(1, 32 << 10), _cache_bytes(3, 32 << 20))
+                   _cache_bytes(1, 32 << 10), min(_cache_bytes(3, 32 << 20), L3_CAP_BYTES))
+
+
+# The last-level cache one process can hold, at most. A VM's sysfs gives the host socket's
+# whole L3 (480 MiB on the session-23 Xeon), while a tenant's reads fell to memory speed past
+# 32-64 MiB; rotating weights through 1.5x 480 MiB to keep them cold
+# (kernels.timing.cold_arrays) made 720 MiB of copies per process and cost tuning seconds.
+L3_CAP_BYTES = 128 << 20
 
 
 def _cache_bytes(level: int, default: int) -> int:
