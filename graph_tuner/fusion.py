@@ -292,7 +292,7 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     for s in steps:
         g = owner.get(s.inputs[0]) if s.kind == "elementwise" and len(s.inputs) == 1 else None
         if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.affine is None
-                and not _is_depthwise(model, g) and affine_chain(model, s) is not None):
+                and not _may_run_lanewise(model, g) and affine_chain(model, s) is not None):
             g.affine, s.fused = s, True
     # 5. an affine chain read only by one unpadded 1x1 conv becomes its input prologue (with two
     # readers each would redo it; ResNet-50's first unit that way: 0.987x end to end, against
@@ -311,9 +311,12 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     return steps
 
 
-def _is_depthwise(model: Model, g: Step) -> bool:
+def _may_run_lanewise(model: Model, g: Step) -> bool:
+    """Whether the conv may run on the depthwise template, which has no second output: a
+    depthwise conv, or a grouped conv with as many output as input channels per group
+    (:func:`kernels.depthwise.runs_lanewise`, depending on the config the plan picks)."""
     w = model.workload(model.op(g.ops[0]))
-    return w.is_depthwise and w.out_channels == w.in_channels
+    return w.groups > 1 and w.out_channels == w.in_channels == w.kernel_shape[1] * w.groups
 
 
 def affine_chain(model: Model, s: Step) -> str | tuple | None:

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir
+from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir, runs_lanewise
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
 from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
@@ -935,7 +935,7 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     ...  for w in (dw, Conv2DWorkload((1, 8, 6, 6), (8, 8, 3, 3)))]  # float32 only, depthwise or not
     [False, False]
     """
-    check = check_depthwise if workload.is_depthwise and workload.out_channels == workload.in_channels else _check
+    check = check_depthwise if runs_lanewise(workload, config) else _check
     try:
         check(workload, config, None)
     except ValueError:
@@ -943,11 +943,11 @@ def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     return True
 
 
-def depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None:
+def depthwise_epilogue(workload: Conv2DWorkload, config: Conv2DConfig, epilogue: dict) -> dict | None:
     """The depthwise kernel's arguments of :func:`build_conv2d`'s ``epilogue`` if ``workload``
-    runs on it (None: the conv2d kernel); ValueError for what it has not (a second output, an
-    input prologue)."""
-    if not (workload.is_depthwise and workload.out_channels == workload.in_channels):
+    runs on it with ``config`` (:func:`kernels.depthwise.runs_lanewise`; None: the conv2d
+    kernel); ValueError for what it has not (a second output, an input prologue)."""
+    if not runs_lanewise(workload, config):
         return None
     if epilogue.get("affine_out") or epilogue.get("prologue"):
         raise ValueError("depthwise kernels have no affine second output or input prologue")
@@ -957,7 +957,7 @@ def depthwise_epilogue(workload: Conv2DWorkload, epilogue: dict) -> dict | None:
 def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
     """The IR text :func:`build_conv2d` compiles for these arguments (so that it can be
     compiled ahead, :func:`kernels.jit.compile_ahead`); raises ValueError where it would."""
-    depthwise = depthwise_epilogue(workload, epilogue)
+    depthwise = depthwise_epilogue(workload, config, epilogue)
     return conv2d_ir(workload, config, **epilogue) if depthwise is None else depthwise_ir(workload, config, **depthwise)
 
 
@@ -973,7 +973,7 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
     (which has no affine second output).
     """
-    depthwise = depthwise_epilogue(workload, dict(bias=bias, residual=residual, activation=activation,
+    depthwise = depthwise_epilogue(workload, config, dict(bias=bias, residual=residual, activation=activation,
                                                     affine_out=affine_out, prologue=prologue))
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)

@@ -1,4 +1,5 @@
-"""x86 depthwise conv2d NCHW[bn]c -> NCHW[bn]c (channel multiplier 1) as LLVM IR.
+"""x86 depthwise conv2d NCHW[bn]c -> NCHW[bn]c (channel multiplier 1), and grouped convs whose
+block holds whole groups, as LLVM IR.
 
 Its own template (AutoTVM's ``depthwise_conv2d_NCHWc``): there is no reduction over
 input channels, so instead of broadcasting one input value against a vector of
@@ -12,7 +13,11 @@ tensors that in MobileNet-v2's early layers are too big for L2: without it Mobil
 1.17x faster end to end (benchmarks/README.md, session 14). Same fused epilogue (bias,
 residual, any activation of :data:`kernels.activations.ACTIVATIONS`).
 The block is ``config.oc_bn``, and ``config.ic_bn`` must equal it; the weight is packed
-``[C/bn, 1, KH, KW, 1, bn]`` (:func:`kernels.packing.pack_depthwise_weight`).
+``[C/bn, 1, KH, KW, g, bn]`` (:func:`kernels.packing.pack_weight` with blocks ``g`` and
+``bn``), ``g`` the channels per group: 1 for a depthwise conv. With ``g > 1`` (ResNeXt's
+groups of 4, :func:`runs_lanewise`) lane ``j`` sums over its group's ``g`` input channels,
+lanes ``j - j % g`` to ``j - j % g + g - 1`` of the input vector: one in-vector shuffle
+(LLVM's ``shufflevector``, a ``vpermilps`` within 128 bits) per FMA.
 
 >>> import numpy as np
 >>> from kernels import Conv2DConfig, Conv2DWorkload
@@ -32,17 +37,38 @@ from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir"]
+__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir", "runs_lanewise"]
 
-def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
+def runs_lanewise(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether this template runs ``workload`` with ``config``: a depthwise conv (channel
+    multiplier 1, any config: :func:`check_depthwise` says which it takes), or a grouped conv of
+    ``g`` input and ``g`` output channels per group whose one block (``ic_bn == oc_bn``) holds
+    several whole groups. The dense template's blocks must divide a group's channels, so
+    ResNeXt-50's 4-channel groups ran in blocks of at most 4 lanes of 16, 101-117 GFLOP/s, with
+    a layout transform to those blocks and back around each (session 22-23).
+
+    >>> g4 = Conv2DWorkload((1, 128, 56, 56), (128, 4, 3, 3), padding=(1, 1, 1, 1), groups=32)
+    >>> [runs_lanewise(g4, Conv2DConfig(b, b, 8)) for b in (4, 16)], runs_lanewise(g4, Conv2DConfig(16, 32, 8))
+    ([False, True], False)
+    """
+    g = workload.kernel_shape[1]
+    if workload.groups == 1 or workload.out_channels != workload.in_channels or workload.in_channels != g * workload.groups:
+        return False
+    return g == 1 or (config.ic_bn == config.oc_bn and config.oc_bn > g and config.oc_bn % g == 0)
+
+
+def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation, lanes: int | None = None) -> None:
     if workload.out_dtype != "float32" or workload.layout != "NCHW":
         raise ValueError(f"only float32 NCHW depthwise conv2d is supported, got {workload.layout}/{workload.out_dtype}")
-    C = workload.in_channels
-    if not (workload.is_depthwise and workload.out_channels == C):
-        raise ValueError(f"not a depthwise conv with channel multiplier 1: {workload}")
+    C, g = workload.in_channels, workload.kernel_shape[1]
+    if not (workload.groups > 1 and workload.out_channels == C == g * workload.groups):
+        raise ValueError(f"not a grouped conv with as many output as input channels per group: {workload}")
     activation_spec(activation)  # raises if unknown
-    if config.ic_bn != config.oc_bn or C % config.oc_bn:
-        raise ValueError(f"depthwise needs ic_bn == oc_bn dividing {C} channels, got {config.ic_bn}, {config.oc_bn}")
+    if config.ic_bn != config.oc_bn or C % config.oc_bn or config.oc_bn % g:
+        raise ValueError(f"a lane-wise grouped conv needs ic_bn == oc_bn dividing {C} channels, a multiple of the "
+                         f"{g} per group, got {config.ic_bn}, {config.oc_bn}")
+    if any(w % g for _, w in vector_chunks(config.oc_bn, lanes or host_cpu().lanes)):
+        raise ValueError(f"a vector of oc_bn={config.oc_bn} would split a group of {g} channels")
     if config.ow_bn < 1:
         raise ValueError(f"ow_bn must be >= 1, got {config.ow_bn}")
 
@@ -50,8 +76,8 @@ def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) 
 def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                  activation: str | tuple | None = None, name: str = "depthwise", lanes: int | None = None) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args as in :mod:`kernels.conv2d`)."""
-    check_depthwise(workload, config, activation)
     lanes = lanes or host_cpu().lanes
+    check_depthwise(workload, config, activation, lanes)
     N, C, H, W = workload.data_shape
     _, _, KH, KW = workload.kernel_shape
     OH, OW = workload.out_height, workload.out_width
@@ -60,6 +86,7 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     top, left, _, _ = workload.padding
     bn = config.oc_bn
     CB = C // bn
+    g = workload.kernel_shape[1]  # channels per group: 1 for a depthwise conv
     chunks = vector_chunks(bn, lanes)
     intr = IntrinsicSet()
 
@@ -86,9 +113,11 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
                 f.store(vty(w), init, acc[(t, c)])
 
         def inner(kh: str, kw) -> None:
-            kwv = [(kw, bn)] if isinstance(kw, str) else []
-            wbase = f.affine((cb, KH * KW * bn), (kh, KW * bn), *kwv, const=kw * bn if isinstance(kw, int) else 0)
-            wv = [f.load(vty(w), f.gep(weight, f.add(wbase, off))) for off, w in chunks]
+            kwv = [(kw, g * bn)] if isinstance(kw, str) else []
+            wbase = f.affine((cb, KH * KW * g * bn), (kh, KW * g * bn), *kwv,
+                             const=kw * g * bn if isinstance(kw, int) else 0)
+            # wv[k][c]: lane j's weight from input channel k of its group
+            wv = [[f.load(vty(w), f.gep(weight, f.add(wbase, k * bn + off))) for off, w in chunks] for k in range(g)]
             kwv = [(kw, dw * bn)] if isinstance(kw, str) else []
             # The unpadded input: the column of tap kw is ow * sw - left + kw * dw.
             dbase = f.affine((n, CB * H * W * bn), (cb, H * W * bn), (ih0, W * bn), (kh, dh * W * bn),
@@ -97,7 +126,12 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
                 for c, (off, w) in enumerate(chunks):
                     x = f.load(vty(w), f.gep(data, f.add(dbase, t * sw * bn + off)))
                     s = acc[(t, c)]
-                    f.store(vty(w), intr.call(f, "fma", w, x, wv[c], f.load(vty(w), s)), s)
+                    total = f.load(vty(w), s)
+                    for k in range(g):  # lane j takes input channel k of its group: lane j - j % g + k
+                        xk = x if g == 1 else f.op(f"shufflevector {vty(w)} {x}, {vty(w)} poison, <{w} x i32> <"
+                                                   + ", ".join(f"i32 {j - j % g + k}" for j in range(w)) + ">")
+                        total = intr.call(f, "fma", w, xk, wv[k][c], total)
+                    f.store(vty(w), total, s)
 
         with f.loop(kh_hi, start=kh_lo) as kh:
             if kws is not None or config.unroll_kw:
@@ -142,7 +176,7 @@ def depthwise_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias
     _, _, KH, KW = workload.kernel_shape
     bn = config.oc_bn
     out = (N, C // bn, workload.out_height, workload.out_width, bn)
-    return dict(data=(N, C // bn, H, W, bn), weight=(C // bn, 1, KH, KW, 1, bn), out=out,
+    return dict(data=(N, C // bn, H, W, bn), weight=(C // bn, 1, KH, KW, workload.kernel_shape[1], bn), out=out,
                 bias=(C,) if bias else None, residual=out if residual else None)
 
 

@@ -63,7 +63,7 @@ def dw_project_ir(dw: Conv2DWorkload, dw_config: Conv2DConfig, dw_epilogue: dict
     if not fusable(dw, dw_config, pw, pw_config):
         raise ValueError(f"cannot fuse {dw} ({dw_config}) with {pw} ({pw_config})")
     lanes = host_cpu().lanes
-    text = depthwise_ir(dw, dw_config, name=f"{name}_dw", lanes=lanes, **depthwise_epilogue(dw, dw_epilogue))
+    text = depthwise_ir(dw, dw_config, name=f"{name}_dw", lanes=lanes, **depthwise_epilogue(dw, dw_config, dw_epilogue))
     text += conv2d_ir(pw, pw_config, name=f"{name}_pw", lanes=lanes, rows_first=True, **pw_epilogue)
     c = conv_context(pw, pw_config, name=f"{name}_pw", lanes=lanes, rows_first=True, bias=False, residual=False,
                      activation=None, affine_out=False, affine_activation=None)

@@ -456,3 +456,19 @@ def test_a_depthwise_conv_and_the_1x1_conv_reading_it_run_as_one_kernel(monkeypa
         assert not [s for s in _check(m, uniform_plan(m, 16)).steps if "+" in s.name]
     finally:
         clear_kernel_caches()
+
+
+def test_grouped_conv_in_blocks_of_whole_groups():
+    """ResNeXt's bottleneck: a 3x3 conv of 4 channels per group between 1x1 convs, its block
+    (16) holding 4 groups (the depthwise template, lanes shuffled within each group), so no
+    transform to blocks of 4 and back; batch norm + relu fused on every conv."""
+    b = GraphBuilder("resnext_unit")
+    x = b.input((1, 32, 9, 9))
+    y = b.relu(b.batch_norm(b.conv(x, 64, 1, name="c1"), name="c1_bn"), name="c1_relu")
+    y = b.relu(b.batch_norm(b.conv(y, 64, 3, padding=1, groups=16, name="g"), name="g_bn"), name="g_relu")
+    y = b.conv(y, 32, 1, name="c3")
+    m = b.build(b.relu(b.add(y, x, name="add"), name="out"))
+    configs = {"c1": Conv2DConfig(16, 16, 3), "g": Conv2DConfig(16, 16, 4, True), "c3": Conv2DConfig(16, 16, 3)}
+    plan = plan_from_configs(m, configs)
+    assert {t.tensor for t in plan.transforms} == {"data", "out"}  # inside, one layout throughout
+    _check(m, plan, names=["out"])

@@ -1,27 +1,27 @@
-"""Depthwise kernels against the numpy reference."""
+"""Depthwise kernels, and grouped convs whose block holds whole groups, against the numpy reference."""
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.conv2d import build_conv2d
-from kernels.depthwise import DepthwiseKernel, build_depthwise
-from kernels.packing import from_blocked, pack_depthwise_weight, to_blocked
+from kernels.depthwise import DepthwiseKernel, build_depthwise, runs_lanewise
+from kernels.packing import from_blocked, pack_depthwise_weight, pack_weight, to_blocked
 from kernels.reference import activate, conv2d_nchw
 
 
 def check(wl, cfg, *, bias=False, residual=False, activation=None, seed=0):
     rng = np.random.default_rng(seed)
-    c = wl.in_channels
+    c, g = wl.in_channels, wl.kernel_shape[1]
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(c, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
     k = build_depthwise(wl, cfg, bias=bias, residual=residual, activation=activation)
     out = np.full(k.output_shape, np.nan, np.float32)
-    k(to_blocked(x, cfg.oc_bn), pack_depthwise_weight(w, cfg.oc_bn), out, bias=b,
+    k(to_blocked(x, cfg.oc_bn), pack_weight(w, g, cfg.oc_bn), out, bias=b,
       residual=None if res is None else to_blocked(res, cfg.oc_bn))
-    pre = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=c,
+    pre = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=wl.groups,
                       bias=b, residual=res)
     expected = activate(pre, activation)
     np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
@@ -68,3 +68,35 @@ def test_random_depthwise(bn, k, stride, dilation, pad, width, ow_bn, unroll):
     wl = Conv2DWorkload((1, 16, 7, width), (16, 1, k, k), strides=(stride, stride), padding=pad,
                         dilation=(dilation, dilation), groups=16)
     check(wl, Conv2DConfig(bn, bn, ow_bn, unroll), bias=True)
+
+
+def test_depthwise_weight_packing_is_the_one_group_case():
+    w = np.arange(8 * 9, dtype=np.float32).reshape(8, 1, 3, 3)
+    np.testing.assert_array_equal(pack_weight(w, 1, 4), pack_depthwise_weight(w, 4))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([(2, 4), (2, 16), (4, 8), (4, 16), (4, 32), (8, 16), (8, 24), (3, 6)]), st.integers(1, 3),
+       st.integers(1, 2), st.tuples(*[st.integers(0, 2)] * 4), st.integers(3, 9), st.integers(1, 6), st.booleans(),
+       st.booleans())
+def test_random_grouped_in_one_block(g_bn, k, stride, pad, width, ow_bn, unroll, residual):
+    """A grouped conv of g channels per group in blocks of bn > g channels (ResNeXt's 4 per group
+    in 16 lanes): each lane sums its own group's g inputs, across several vectors, tails
+    (24 = 16 + 8 lanes) and groups of 3; any padding, stride, tiling and epilogue."""
+    g, bn = g_bn
+    c = 2 * 48
+    assume(min(width + pad[1] + pad[3], 7 + pad[0] + pad[2]) >= k)  # an output
+    wl = Conv2DWorkload((1, c, 7, width), (c, g, k, k), strides=(stride, stride), padding=pad, groups=c // g)
+    cfg = Conv2DConfig(bn, bn, ow_bn, unroll)
+    assert runs_lanewise(wl, cfg)
+    assert isinstance(build_conv2d(wl, cfg, bias=True), DepthwiseKernel)
+    check(wl, cfg, bias=True, residual=residual, activation="relu")
+
+
+def test_grouped_blocks_within_a_group_keep_the_dense_template():
+    """Blocks that divide a group's channels (or differ in and out) are the dense template's."""
+    wl = Conv2DWorkload((1, 32, 6, 6), (32, 8, 3, 3), padding=(1, 1, 1, 1), groups=4)
+    for cfg in (Conv2DConfig(8, 8, 3), Conv2DConfig(4, 8, 3), Conv2DConfig(2, 4, 3)):
+        assert not runs_lanewise(wl, cfg) and not isinstance(build_conv2d(wl, cfg), DepthwiseKernel)
+    with pytest.raises(ValueError, match="split a group"):
+        build_depthwise(Conv2DWorkload((1, 96, 6, 6), (96, 3, 3, 3), groups=32), Conv2DConfig(24, 24, 3), )

@@ -324,7 +324,8 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tupl
     :func:`kernels.conv2d.build_conv2d`'s keyword arguments, and its kernel's arrays by
     argument name (the folded weight packed for the kernel that runs it), in NCHWc."""
     from graph_tuner.winograd import runs_winograd
-    from kernels.packing import pack_depthwise_weight, pack_weight
+    from kernels.depthwise import runs_lanewise
+    from kernels.packing import pack_weight
     from kernels.winograd import transform_weight
 
     conv = model.op(s.ops[0])
@@ -345,8 +346,8 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tupl
     winograd = runs_winograd(w, getattr(lc.candidate.record, "workload", None))
     if winograd:
         arrays["weight"] = pack_weight(transform_weight(weight), in_block, out_block)
-    elif w.is_depthwise and w.out_channels == w.in_channels:
-        arrays["weight"] = pack_depthwise_weight(weight, out_block)
+    elif runs_lanewise(w, config):  # [C/bn, 1, KH, KW, g, bn]: g channels per group, 1 if depthwise
+        arrays["weight"] = pack_weight(weight, w.kernel_shape[1], out_block)
     else:
         arrays["weight"] = pack_weight(weight, in_block, out_block)
     n, c, h, wd = w.data_shape
