@@ -5,7 +5,7 @@ and changed (the plan from another log, or a module constant at another value: a
 
     python benchmarks/ab_builds.py resnet-50 --set L1_WEIGHT_SHARE=0.25 [--rounds 40] [--calls 4]
     python benchmarks/ab_builds.py mobilenet-v2 --set graph_tuner.executor.compile.FUSE_DW_PROJECT=False
-    python benchmarks/ab_builds.py resnet-18 --log data/rocketlake/resnet-18.log
+    python benchmarks/ab_builds.py resnet-18 --log data/rocketlake/resnet-18.log.gz
 
 Both builds run on the same seeded weights and input, their outputs checked equal first;
 rounds interleave every runner in rotating order (``graph_tuner.rounds.timed_rounds``), and

@@ -4,9 +4,10 @@ An x86 record's schedule fixes the layer's layouts: input ``NCHW{ic_bn}c`` and o
 ``NCHW{oc_bn}c`` from the inner factors of ``tile_ic``/``tile_oc``. Only the fastest
 record per (input block, output block) pair can be in an optimal plan -- the graph
 tuner sees nothing else of a schedule -- so :func:`layer_candidates` keeps that one,
-then the K fastest pairs. Depthwise records must have ``ic_bn == oc_bn``: a depthwise
-channel reads and writes the same channel, and our depthwise kernels keep the blocks
-aligned; other depthwise records are dropped.
+then the K fastest pairs. A record whose config our kernels cannot build
+(:func:`kernels.conv2d.supported`) is dropped: a depthwise record with ``ic_bn != oc_bn`` (a
+depthwise channel reads and writes the same channel, and our depthwise kernels keep the
+blocks aligned), or a grouped one whose blocks neither divide a group nor hold whole groups.
 
 CUDA needs no layout search: :func:`best_per_workload` picks the fastest record per
 distinct workload, as AutoTVM's ``apply_history_best`` does.
@@ -32,6 +33,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import X86_TASKS, Record, RecordLog, read_records, target_kind, with_costs
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config, fallback_config  # noqa: F401 (re-exported)
+from kernels.conv2d import supported
 from kernels.workload import Conv2DWorkload
 
 DEFAULT_TOP_K = 20
@@ -178,7 +180,7 @@ def layer_candidates(
         # plan read back (``apply_records``) costs the layer as the solver did.
         rec = recs[-1] if len(recs) == 1 else with_costs(recs[-1], [r.time for r in recs])
         config = entity_config(rec.entity)
-        if rec.workload.is_depthwise and config.ic_bn != config.oc_bn:
+        if not supported(rec.workload, config):
             continue  # see module docstring
         _keep_better(best.setdefault(key, {}), (config.ic_bn, config.oc_bn), (len(recs) < 2, rec.time),
                      Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config))

@@ -66,6 +66,7 @@ from typing import Callable
 from graph_tuner.model import Model, Op
 from kernels.activations import activation_key
 from kernels.conv2d import prologue_fits
+from kernels.depthwise import lanewise_groups
 
 FOLDABLE = frozenset({"batch_norm", "bias_add"})
 # Op kind -> the kernels' activation (kernels.activations.ACTIVATIONS) it is, with its
@@ -288,11 +289,13 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
             s = Step(op.kind, [op.name], op.name, list(op.inputs))
         owner[op.name] = s
         steps.append(s)
-    # 4. affine chains on a conv group's output become its epilogue's second output
+    # 4. affine chains on a conv group's output become its epilogue's second output (not for a
+    # conv the depthwise template may run, which has none: the config is picked after fusion)
     for s in steps:
         g = owner.get(s.inputs[0]) if s.kind == "elementwise" and len(s.inputs) == 1 else None
         if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.affine is None
-                and not _may_run_lanewise(model, g) and affine_chain(model, s) is not None):
+                and not lanewise_groups(model.workload(model.op(g.ops[0])))
+                and affine_chain(model, s) is not None):
             g.affine, s.fused = s, True
     # 5. an affine chain read only by one unpadded 1x1 conv becomes its input prologue (with two
     # readers each would redo it; ResNet-50's first unit that way: 0.987x end to end, against
@@ -309,14 +312,6 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     # Run each step where its last op sits in the model's topological order.
     steps.sort(key=lambda s: order[s.ops[-1]])
     return steps
-
-
-def _may_run_lanewise(model: Model, g: Step) -> bool:
-    """Whether the conv may run on the depthwise template, which has no second output: a
-    depthwise conv, or a grouped conv with as many output as input channels per group
-    (:func:`kernels.depthwise.runs_lanewise`, depending on the config the plan picks)."""
-    w = model.workload(model.op(g.ops[0]))
-    return w.groups > 1 and w.out_channels == w.in_channels == w.kernel_shape[1] * w.groups
 
 
 def affine_chain(model: Model, s: Step) -> str | tuple | None:

@@ -17,8 +17,8 @@ with the same configs). A 1x1 stride-1 conv runs each work item's rows as one lo
 (:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one (not too small) copies
 the pixels it reads into a compact scratch first (:func:`compact_input`). Grouped convs use
 the same template with the reduction restricted to the output block's group (blocks must
-divide the channels per group); depthwise convs have their own template in
-:mod:`kernels.depthwise`.
+divide the channels per group); depthwise convs, and grouped convs of 2 or 4 channels per group
+in blocks holding several whole groups, have their own template in :mod:`kernels.depthwise`.
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
@@ -970,8 +970,9 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     (activations: a name or a ``(name, *params)`` tuple, hashable for the cache);
     ``rows_first``: see :func:`takes_rows_first`.
 
-    Depthwise workloads are dispatched to :func:`kernels.depthwise.build_depthwise`
-    (which has no affine second output).
+    Depthwise workloads, and grouped ones whose config holds whole groups in a block
+    (:func:`kernels.depthwise.runs_lanewise`), are dispatched to
+    :func:`kernels.depthwise.build_depthwise` (which has no affine second output).
     """
     depthwise = depthwise_epilogue(workload, config, dict(bias=bias, residual=residual, activation=activation,
                                                     affine_out=affine_out, prologue=prologue))

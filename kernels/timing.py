@@ -45,7 +45,8 @@ class Timing:
 def random_array(shape, seed: int = 0) -> np.ndarray:
     """A new C-contiguous float32 array of uniform random values in [-1, 1), none zero (never
     uninitialised memory), the same for the same shape and seed: a copy of the process's
-    random source from a place the seed picks, the source repeated past its end. Drawing
+    random source from a place the seed picks, the source repeated past its end (so arrays of
+    nearby seeds are shifted copies of one sequence: random enough for timing, not for statistics). Drawing
     each array afresh (float64, then cast) took 11% of tuning Inception-v3 (session 23): the
     tuner asks for a kernel's every buffer at every measurement, and a copy is 4-8x cheaper.
 
@@ -75,7 +76,9 @@ _SOURCE_FLOATS = 1 << 21  # 8 MiB
 def _random_source() -> np.ndarray:
     a = np.random.default_rng(0).random(_SOURCE_FLOATS, dtype=np.float32)
     a[a == 0.5] = 0.25  # 2a - 1 is never 0
-    return a * 2 - 1
+    a = a * 2 - 1
+    a.flags.writeable = False  # every random_array is a copy of it
+    return a
 
 
 def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.ndarray], cold: Iterable[str],

@@ -217,8 +217,8 @@ def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 
     g = workload.kernel_shape[1]
     if g > 1 and runs_lanewise(workload, config):
         # Blocks of whole groups (kernels.depthwise): each FMA waits on its shuffle, and a tap's g
-        # weight vectors stay live. ResNeXt-50's groups of 4 and 8 alone on the rocketlake Xeon:
-        # 8 accumulators fastest (4 and 14: 1.10x, 1.25x), 4 where unrolled taps hold 24 weights.
+        # weight vectors stay live (KW taps' when unrolled). ResNeXt-50's groups of 4 alone on the
+        # rocketlake Xeon: 8 accumulators fastest (4 and 14 took 1.10x and 1.25x its time).
         live = g * math.ceil(config.oc_bn / lanes) * (workload.kernel_shape[3] if config.unroll_kw else 1)
         ideal = max(2, min(8, vector_registers(lanes) - live - 2))
     return (-math.log(utilisation) + abs(math.log2(acc / ideal)) * 0.5 + spill * 0.2 + waste

@@ -190,6 +190,20 @@ def test_depthwise_records_need_equal_blocks():
     assert log.records[0].task_name == "depthwise_conv2d_NCHWc.x86"
 
 
+def test_grouped_records_our_kernels_cannot_build_are_dropped():
+    """ResNeXt-like groups of 4: blocks dividing a group (dense template) and blocks holding
+    whole groups (the depthwise template) are candidates; a block cutting groups is not, nor
+    are blocks of whole 8-channel groups (their vectors would need to be 8-aligned on every CPU)."""
+    g4 = Conv2DWorkload((1, 64, 8, 8), (64, 4, 3, 3), padding=(1, 1, 1, 1), groups=16)
+    log = read_records([_rec(g4, 4, 4, 3e-4), _rec(g4, 16, 16, 2e-4), _rec(g4, 8, 16, 1e-4), _rec(g4, 2, 4, 4e-4)])
+    (cands,) = layer_candidates([g4], log)
+    assert sorted((c.in_block, c.out_block) for c in cands) == [(2, 4), (4, 4), (16, 16)]
+    g8 = Conv2DWorkload((1, 64, 8, 8), (64, 8, 3, 3), padding=(1, 1, 1, 1), groups=8)
+    log = read_records([_rec(g8, 8, 8, 3e-4), _rec(g8, 16, 16, 2e-4)])
+    (cands,) = layer_candidates([g8], log)
+    assert [(c.in_block, c.out_block) for c in cands] == [(8, 8)]
+
+
 def test_cuda_best_per_workload_on_seed():
     log = read_records(DATA / "resnet18_cuda_v01_typographic.log")
     best = best_per_workload(log)
