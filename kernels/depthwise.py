@@ -40,6 +40,7 @@ from kernels.workload import Conv2DWorkload
 __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir", "lanewise_groups",
            "runs_lanewise"]
 
+
 def lanewise_groups(workload: Conv2DWorkload) -> bool:
     """Whether some config runs ``workload`` on this template: a depthwise conv (channel
     multiplier 1), or a grouped conv of 2 or 4 input and as many output channels per group.
