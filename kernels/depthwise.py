@@ -63,9 +63,9 @@ def runs_lanewise(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     >>> [runs_lanewise(g4, Conv2DConfig(b, b, 8)) for b in (4, 16)], runs_lanewise(g4, Conv2DConfig(16, 32, 8))
     ([False, True], False)
     """
-    g = workload.kernel_shape[1]
     if not lanewise_groups(workload):
         return False
+    g = workload.kernel_shape[1]
     return g == 1 or (config.ic_bn == config.oc_bn and config.oc_bn > g and config.oc_bn % g == 0)
 
 
@@ -74,7 +74,8 @@ def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) 
         raise ValueError(f"only float32 NCHW depthwise conv2d is supported, got {workload.layout}/{workload.out_dtype}")
     C, g = workload.in_channels, workload.kernel_shape[1]
     if not lanewise_groups(workload):
-        raise ValueError(f"not a depthwise conv, nor a grouped conv of 2 or 4 channels per group in and out: {workload}")
+        raise ValueError(f"not a depthwise conv, nor a grouped conv of 2 or 4 channels per group in and out: "
+                         f"{workload}")
     activation_spec(activation)  # raises if unknown
     if config.ic_bn != config.oc_bn or C % config.oc_bn or config.oc_bn % g:
         raise ValueError(f"a lane-wise grouped conv needs ic_bn == oc_bn dividing {C} channels, a multiple of the "
