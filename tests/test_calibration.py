@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from graph_tuner import GraphTuner
-from graph_tuner.calibration import InNetworkCosts, calibrate, restricted
+from graph_tuner.calibration import SWITCH_MARGIN, InNetworkCosts, calibrate, restricted
 from test_graph_tuner_cost_model import (RESIDUAL_CONCAT_CHANNELS, brute_force, draw_candidates, records_for,
                                          residual_concat_net, tcost)
 
@@ -211,7 +211,10 @@ def test_cli_solve_calibrates_on_this_cpu(tiny_onnx, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "calibrated in the network" in text
     report = json.loads((tmp_path / "r.json").read_text())["totals_ms"]
-    assert report["history_best"] >= report["graph_tuned"] - 1e-9  # baselines costed alike
+    # Baselines costed alike (in-network). The calibrated plan gives way only to a plan its run
+    # costed SWITCH_MARGIN lower, so a baseline may come out up to that much under it: a fresh
+    # clone's run read history-best 1.7% under the plan (session 23).
+    assert report["history_best"] >= report["graph_tuned"] * (1 - SWITCH_MARGIN) - 1e-9
     def key(r):
         return r.workload, json.dumps(r.raw["config"]["entity"])
 
