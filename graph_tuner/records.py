@@ -627,13 +627,14 @@ def _conv_time(env: dict, obj: Mapping, where: str) -> float | None:
         return None
 
 
-def conv_record_lines(path: str | os.PathLike) -> list[tuple[str, Record | None]]:
-    """Each line of a plain-text log with the conv record it holds, if it holds exactly
-    one usable one (else None): for rewriting a log, keeping every other line as it is."""
+def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[str, Record | TransformRecord | None]]:
+    """Each line of a plain-text log with the record of ``kind`` it holds (a :class:`RecordLog`
+    list: ``records``, the convs, or ``transforms``), if it holds exactly one usable one (else
+    None): for rewriting a log, keeping every other line as it is."""
     out = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         try:
-            (rec,) = read_records([line]).records
+            (rec,) = getattr(read_records([line]), kind)
         except (GraphTunerError, ValueError):
             rec = None
         out.append((line, rec))

@@ -253,6 +253,35 @@ def test_transform_records_appended_once(tmp_path, monkeypatch):
     assert append_transforms(log, keys, host_target(), progress=False, measure=lambda k: 1 / 0) == 0
 
 
+def test_retime_transforms_replaces_this_hosts_transform_records_once(tmp_path, monkeypatch):
+    """Each of this host's transform keys ends with one record at its new time (a key logged
+    twice too); another CPU's transforms and the conv records stay as they were."""
+    from graph_tuner.tuning import retime_transforms
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    tune_workloads([(W1, 1)], log, trials=6, measure=fake, progress=False, transforms=False, confirm=0)
+    keys = transform_keys([W1.data_shape], read_records(log).records, host_target())
+    append_transforms(log, keys, host_target(), progress=False, measure=lambda k: 1e-5)
+    lines = log.read_text().splitlines()
+    twice, foreign = json.loads(lines[-1]), json.loads(lines[-2])
+    foreign["input"][0] = "llvm -mcpu=other"
+    with open(log, "a") as f:
+        f.write(json.dumps(twice) + "\n" + json.dumps(foreign) + "\n")
+    convs = [r.time for r in read_records(log).records]
+    timed = []
+    assert retime_transforms(log, measure=lambda k: timed.append(k) or 2e-5, progress=False) == len(keys)
+    after = read_records(log)
+    assert sorted(timed) == sorted(keys) and [r.time for r in after.records] == convs
+    mine = [t for t in after.transforms if t.target == host_target()]
+    assert len(mine) == len(keys) and all(t.time == 2e-5 for t in mine)
+    assert [t.time for t in after.transforms if t.target == "llvm -mcpu=other"] == [1e-5]
+    from kernels.transform_bench import load_cached  # timed again though cached: the cache has the new times
+
+    assert set(load_cached(keys).values()) == {2e-5}
+    assert retime_transforms(tmp_path / "new.log", progress=False) == 0  # nothing logged: nothing timed
+
+
 def test_bad_arguments_and_unwritable_log(tmp_path):
     with pytest.raises(GraphTunerError, match="--trials"):
         tune_workloads([(W1, 1)], tmp_path / "t.log", trials=0, measure=fake)

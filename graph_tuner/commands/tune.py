@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retime", action="store_true",
                    help="no search: time LOG's finalists again (per workload, the config `solve` weighs for "
                         "each of the 20 fastest layout pairs) in 3 interleaved rounds and replace their records (and "
-                        "the other steps' timings, then the in-network ratios), to refresh a log after a kernel upgrade or on a calmer host")
+                        "its layout transforms' and the other steps' timings, then the in-network ratios), to refresh "
+                        "a log after a kernel upgrade or on a calmer host")
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip the last step: running the plan `solve` picks here (6 rounds of profiles and alone "
                         "re-timings, 8-24 s on the bench models) and appending each of its steps' in-network / "
