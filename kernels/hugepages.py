@@ -42,6 +42,17 @@ def zeros(size: int) -> np.ndarray:
     return out
 
 
+def empty(size: int) -> np.ndarray:
+    """An uninitialised float32 array of ``size`` elements, in huge pages where it can be:
+    memory is committed only as it is first written (a reservation that may stay mostly
+    unused costs address space, not memory)."""
+    if 4 * size < MIN_BYTES or not sys.platform.startswith("linux"):
+        return np.empty(size, np.float32)
+    out = aligned_empty(size, HUGE_PAGE)
+    _advise(out.ctypes.data, -(-4 * size // HUGE_PAGE) * HUGE_PAGE)
+    return out
+
+
 def aligned_empty(size: int, align: int) -> np.ndarray:
     """An uninitialised float32 array of ``size`` elements starting on an ``align``-byte
     boundary (a multiple of 4), the whole ``align``-rounded span its own.

@@ -14,6 +14,7 @@ from graph_tuner.executor import compile_model, plan_from_configs, run_reference
 from graph_tuner.fusion import conv_epilogues, plan_steps
 from graph_tuner.zoo.resnet import resnet, resnet_v1
 from kernels.config import Conv2DConfig
+from kernels.jit import BoundKernel
 
 
 def _x(model, seed=0):
@@ -237,6 +238,15 @@ def test_zoo_resnet_at_reduced_resolution(build, depth):
     # 0.42, 0.48 and 0.23 of one buffer per tensor here.
     largest = max(4 * math.prod(op.shape) for op in m.ops if len(op.shape) == 4)
     assert largest <= prog.buffer_bytes < prog.tensor_bytes / 2
+    # Every packed weight (the convs' and the fc's) is a view into the weight arena's
+    # huge-page reservations, which hold little more than them (executor.memory.WeightArena).
+    packed = [s.fn.keep[1]["weight"] for s in prog.steps
+              if isinstance(s.fn, BoundKernel) and "weight" in s.fn.keep[1]]
+    assert len(packed) == len(m.convs()) + 1
+    chunks = [(c.ctypes.data, c.ctypes.data + c.nbytes) for c in prog.weights.chunks]
+    assert all(a % (2 << 20) == 0 for a, _ in chunks)
+    assert all(any(a <= w.ctypes.data and w.ctypes.data + w.nbytes <= b for a, b in chunks) for w in packed)
+    assert sum(w.nbytes for w in packed) <= prog.weights.nbytes < sum(w.nbytes for w in packed) + (1 << 20)
 
 
 def test_plan_for_another_model_is_an_error():

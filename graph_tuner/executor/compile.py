@@ -32,7 +32,7 @@ import numpy as np
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
-from graph_tuner.executor.memory import Views, allocate, plan_views
+from graph_tuner.executor.memory import Views, WeightArena, allocate, plan_views
 from graph_tuner.fusion import BINARY_ELEMENTWISE, Step, activation_of, plan_steps, step_epilogue
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
@@ -169,6 +169,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
 
     out_steps: list[ProgramStep] = []
     step_pred = {c.name: c.time_ms for c in plan.steps}
+    weights = WeightArena()  # every packed weight, in huge pages, in run order
 
     def emit_transforms(tensor: str) -> None:
         for (t, b), choice in transforms.items():
@@ -187,13 +188,13 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
         elif s.output in runs_fused:  # the 1x1 conv that reads it runs it (next)
             continue
         elif s.ops[0] in fused_with:
-            out_steps.append(_dw_project_step(model, fused_with[s.ops[0]], s, layers, params, read, buffers))
+            out_steps.append(_dw_project_step(model, fused_with[s.ops[0]], s, layers, params, read, buffers, weights))
         elif s.kind == "conv":
-            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers, s.ops[0] in rows_first))
+            out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers, weights,
+                                        s.ops[0] in rows_first))
         else:
-            out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), _other_fn(model, s, params, read, blocks,
-                                                                                    buffers[s.output]),
-                                         step_pred.get(s.ops[0])))
+            fn = _other_fn(model, s, params, read, blocks, buffers[s.output], weights)
+            out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), fn, step_pred.get(s.ops[0])))
         # In the order the buffers were planned in (`actions`): a transform may reuse the
         # memory of a tensor whose last reader was the transform before it.
         for tensor in _written(s):
@@ -204,6 +205,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
     prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
     prog.buffer_bytes = sum(b.nbytes for b in owned)  # the whole buffers, not the views into them
+    prog.weights = weights
     prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
     return prog
 
@@ -255,14 +257,15 @@ def _depthwise_projections(model: Model, steps: list[Step], layers: dict, transf
     return out
 
 
-def _dw_project_step(model: Model, d: Step, p: Step, layers: dict, params, read, buffers: dict) -> ProgramStep:
+def _dw_project_step(model: Model, d: Step, p: Step, layers: dict, params, read, buffers: dict,
+                     weights: WeightArena) -> ProgramStep:
     """A depthwise conv step and the 1x1 conv step reading its output (:func:`_depthwise_projections`)
     as one kernel, bound to both steps' buffers (the depthwise output keeps its own)."""
     from kernels.dw_project import build_dw_project
 
     ld, lp = layers[d.ops[0]], layers[p.ops[0]]
-    wd, _, ed, dw_arrays = _conv_arrays(model, d, ld, params, read, buffers)
-    wp, _, ep, pw_arrays = _conv_arrays(model, p, lp, params, read, buffers)
+    wd, _, ed, dw_arrays = _conv_arrays(model, d, ld, params, read, buffers, weights)
+    wp, _, ep, pw_arrays = _conv_arrays(model, p, lp, params, read, buffers, weights)
     kernel = build_dw_project(wd, ld.candidate.config, ed, wp, lp.candidate.config, ep)
     predicted = None if ld.time_ms is None or lp.time_ms is None else ld.time_ms + lp.time_ms
     return ProgramStep(f"{d.ops[0]}+{p.ops[0]}", "conv", _covered(d) + _covered(p), kernel.bind(dw_arrays, pw_arrays),
@@ -296,14 +299,15 @@ def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: 
     return out
 
 
-def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, rows_first: bool = False) -> ProgramStep:
+def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: WeightArena,
+               rows_first: bool = False) -> ProgramStep:
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers;
     ``rows_first``: its work items rows first (:func:`_rows_first_convs`)."""
     from kernels.conv2d import build_conv2d
     from kernels.winograd import build_winograd, winograd_epilogue
 
     conv = model.op(s.ops[0])
-    w, winograd, epilogue, arrays = _conv_arrays(model, s, lc, params, read, buffers)
+    w, winograd, epilogue, arrays = _conv_arrays(model, s, lc, params, read, buffers, weights)
     if winograd:  # the plan chose its GEMM's record
         try:
             kernel = build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
@@ -319,10 +323,10 @@ def _covered(s: Step) -> list[str]:
     return (s.prologue.ops if s.prologue else []) + list(s.ops) + (s.affine.ops if s.affine else [])
 
 
-def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tuple:
+def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights: WeightArena) -> tuple:
     """``(workload, runs Winograd, epilogue, arrays)`` of a conv step: its fused epilogue as
     :func:`kernels.conv2d.build_conv2d`'s keyword arguments, and its kernel's arrays by
-    argument name (the folded weight packed for the kernel that runs it), in NCHWc."""
+    argument name (the folded weight packed for the kernel that runs it, in ``weights``), in NCHWc."""
     from graph_tuner.winograd import runs_winograd
     from kernels.depthwise import runs_lanewise
     from kernels.packing import pack_weight
@@ -345,11 +349,12 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tupl
         arrays.update(scale_in=scale, shift_in=shift)
     winograd = runs_winograd(w, getattr(lc.candidate.record, "workload", None))
     if winograd:
-        arrays["weight"] = pack_weight(transform_weight(weight), in_block, out_block)
+        packed = pack_weight(transform_weight(weight), in_block, out_block)
     elif runs_lanewise(w, config):  # [C/bn, 1, KH, KW, g, bn]: g channels per group, 1 if depthwise
-        arrays["weight"] = pack_weight(weight, w.kernel_shape[1], out_block)
+        packed = pack_weight(weight, w.kernel_shape[1], out_block)
     else:
-        arrays["weight"] = pack_weight(weight, in_block, out_block)
+        packed = pack_weight(weight, in_block, out_block)
+    arrays["weight"] = weights.keep(packed)
     n, c, h, wd = w.data_shape
     out_shape = (n, w.out_channels // out_block, w.out_height, w.out_width, out_block)
     arrays["data"] = read(*_data_source(model, s), in_block).reshape(n, c // in_block, h, wd, in_block)
@@ -362,8 +367,9 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict) -> tupl
     return w, winograd, step_epilogue(model, s), arrays
 
 
-def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
-    """The call running a non-conv step into ``out``."""
+def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weights: WeightArena):
+    """The call running a non-conv step into ``out`` (a dense or transposed conv's packed
+    weight in ``weights``)."""
     head = model.op(s.ops[0])
     a, k = head.attrs, head.kind
     if s.kind == "elementwise":
@@ -397,7 +403,7 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
         return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
     if k == "conv_transpose":  # in its own (decision's) block, which divides C_in and C_out
         return _conv_transpose_fn(model, head, params[head.name], read(head.name, head.inputs[0], blocks[head.name]),
-                                  out, blocks[head.name])
+                                  out, blocks[head.name], weights)
     if k == "pad":
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
@@ -408,7 +414,7 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     if k == "transpose":
         return blocked.make_transpose(x, out, a["perm"])
     if k == "dense":
-        return _dense_fn(head, params[head.name], x, out)
+        return _dense_fn(head, params[head.name], x, out, weights)
     if k == "softmax":
         if a["axis"] in (-1, x.ndim - 1):  # rows x classes: the generated kernel
             from kernels.softmax import build_softmax
@@ -420,7 +426,7 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray):
     raise GraphTunerError(f"op '{head.name}': kind {k!r} is not supported by the executor")
 
 
-def _conv_transpose_fn(model: Model, op, p: dict, x: np.ndarray, out: np.ndarray, block: int):
+def _conv_transpose_fn(model: Model, op, p: dict, x: np.ndarray, out: np.ndarray, block: int, weights: WeightArena):
     """A transposed conv as its generated kernel (:mod:`kernels.conv_transpose`), the weight
     packed once here."""
     from kernels.conv_transpose import ConvTransposeSpec, build_conv_transpose, pack_conv_transpose_weight
@@ -430,11 +436,11 @@ def _conv_transpose_fn(model: Model, op, p: dict, x: np.ndarray, out: np.ndarray
                              a["output_padding"], a["groups"], "bias" in p)
     kernel = build_conv_transpose(spec, block)
     bias = np.ascontiguousarray(p["bias"], np.float32) if "bias" in p else None
-    return kernel.bind(x.reshape(kernel.input_shape), pack_conv_transpose_weight(p["weight"], spec, block),
+    return kernel.bind(x.reshape(kernel.input_shape), weights.keep(pack_conv_transpose_weight(p["weight"], spec, block)),
                        out.reshape(kernel.output_shape), bias=bias)
 
 
-def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
+def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray, weights: WeightArena):
     """Dense as a 1x1 conv over a 1x1 image: with H = W = 1 the blocked layouts of the
     input (N, in) and output (N, units) are the plain ones, and the conv kernel brings
     SIMD, threads and the bias epilogue (numpy's einsum loop measured 0.28 ms for a
@@ -449,7 +455,8 @@ def _dense_fn(op, p: dict, x: np.ndarray, out: np.ndarray):
     config = Conv2DConfig(*_dense_blocks(inp, units), ow_bn=1)
     bias = p.get("bias")
     kernel = build_conv2d(w, config, bias=bias is not None)
-    weight = pack_weight(np.asarray(p["weight"], np.float32).reshape(units, inp, 1, 1), config.ic_bn, config.oc_bn)
+    weight = weights.keep(pack_weight(np.asarray(p["weight"], np.float32).reshape(units, inp, 1, 1), config.ic_bn,
+                                      config.oc_bn))
     return kernel.bind(x.reshape(kernel.input_shape), weight, out.reshape(kernel.output_shape),
                        bias=None if bias is None else np.asarray(bias, np.float32))
 

@@ -97,6 +97,7 @@ class Program:
         self._tensors = tensors or {}  # name -> (buffer in its layout, NCHW shape)
         self.buffer_bytes = 0  # activation memory allocated (buffers are reused)
         self.tensor_bytes = 0  # what one buffer per tensor would take
+        self.weights = None  # the packed weights' arena (executor.memory.WeightArena)
 
     def __repr__(self) -> str:
         counts = {c: sum(s.category == c for s in self.steps) for c in CATEGORIES}
