@@ -1,8 +1,7 @@
 """graph_tuner/executor/step_timing.py: steps that are not convs, timed as the network runs them."""
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.executor import compile as compile_mod
-from graph_tuner.executor import step_timing
-from kernels import packing
+from graph_tuner.executor import memory, step_timing
 
 
 def test_a_dense_step_reads_its_weights_cold_and_its_input_hot(monkeypatch):
@@ -13,11 +12,11 @@ def test_a_dense_step_reads_its_weights_cold_and_its_input_hot(monkeypatch):
     step = step_timing.costed_steps(m)[-1]
     assert m.op(step.ops[0]).kind == "dense"
     seen, packed = [], []
-    real, real_pack = compile_mod._other_fn, packing.pack_weight
-    monkeypatch.setattr(packing, "pack_weight", lambda *a, **k: packed.append(real_pack(*a, **k)) or packed[-1])
+    real, real_keep = compile_mod._other_fn, memory.WeightArena.keep
+    monkeypatch.setattr(memory.WeightArena, "keep", lambda *a: packed.append(real_keep(*a)) or packed[-1])
 
-    def recording(model, s, params, read, blocks, out):
-        fn = real(model, s, params, read, blocks, out)
+    def recording(model, s, params, read, blocks, out, weights):
+        fn = real(model, s, params, read, blocks, out, weights)
         weight, x = packed[-1], read(s.ops[0], model.op(s.ops[0]).inputs[0], 1)  # what the kernel reads
 
         def call():

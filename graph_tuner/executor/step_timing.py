@@ -80,6 +80,7 @@ def _blocked(shape, block: int) -> tuple[int, ...]:
 def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> float:
     """Milliseconds of ``s`` run in ``block`` (its 4-d tensors blocked, the rest plain)."""
     from graph_tuner.executor.compile import _other_fn
+    from graph_tuner.executor.memory import WeightArena
     from kernels.jit import host_cpu
     from kernels.timing import measure
 
@@ -107,7 +108,8 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     nbytes = sum(v.nbytes for op in s.ops if isinstance(params.get(op), dict)
                  for v in params[op].values() if isinstance(v, np.ndarray))
     builds = 1 if nbytes < COLD_MIN_BYTES else min(64, -(-host_cpu().l3_bytes * 3 // 2 // nbytes))
-    fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out) for _ in range(builds)])
+    weights = WeightArena()  # each build's packed weights at their own place, as the program keeps them
+    fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out, weights) for _ in range(builds)])
 
     def fn() -> None:
         next(fns)()
