@@ -632,7 +632,8 @@ def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[s
     list: ``records``, the convs, or ``transforms``), if it holds exactly one usable one (else
     None): for rewriting a log, keeping every other line as it is."""
     out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    # bytes.splitlines, as _file_lines: str.splitlines also splits at U+2028 inside a JSON string
+    for line in (raw.decode("utf-8") for raw in Path(path).read_bytes().splitlines()):
         try:
             (rec,) = getattr(read_records([line]), kind)
         except (GraphTunerError, ValueError):

@@ -490,28 +490,33 @@ def retime_transforms(log_path: str | os.PathLike, *, measure: Callable | None =
     """Time this host's layout transforms in the log again, cached or not, and replace their
     records (each key once; :func:`kernels.transform_bench.measure_transforms`, which caches
     the new timings). A log keeps the times of the transform kernels and the host it was
-    tuned with: session 24's kernels took 0.21-0.87x the time of the ones before. Rewritten through a temporary file, like :func:`retime_workloads`; returns the
-    number of transforms re-timed."""
+    tuned with: session 24's kernels took 0.21-0.87x the time of the ones before. The log is
+    read again after the timings and rewritten through a temporary file, like
+    :func:`retime_workloads`; a key whose new timing is not a time keeps its records.
+    Returns the number of transforms re-timed."""
     from graph_tuner.atomic import atomic_write_text
     from graph_tuner.record_checks import transform_key
     from kernels.transform_bench import measure_transforms
 
-    path = prepare_log(log_path)
-    target = host_target()
-    lines = record_lines(path, "transforms")
+    path = Path(log_path)
+    if not path.exists():
+        raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
+    path, target = prepare_log(path), host_target()
 
     def key(rec) -> tuple | None:
         return None if rec is None or rec.target != target else transform_key(rec.shape, rec.src_layout, rec.dst_layout)
 
-    keys = list(dict.fromkeys(k for _, rec in lines if (k := key(rec)) is not None and k[1] != k[2]))
-    if not keys:
+    keys = list(dict.fromkeys(k for _, rec in record_lines(path, "transforms")
+                              if (k := key(rec)) is not None and k[1] != k[2]))
+    seconds = measure_transforms(keys, progress=progress, measure_one=measure, fresh=True) if keys else {}
+    seconds = {k: t for k, t in seconds.items() if t > 0 and math.isfinite(t)}
+    if not seconds:
         return 0
-    seconds = measure_transforms(keys, progress=progress, measure_one=measure, fresh=True)
-    kept = [line for line, rec in lines if key(rec) not in seconds]
-    kept += [format_record(make_transform_record(k[0], layout_name(k[1]), layout_name(k[2]), seconds[k], target))
-             for k in keys]
+    kept = [line for line, rec in record_lines(path, "transforms") if key(rec) not in seconds]
+    kept += [format_record(make_transform_record(k[0], layout_name(k[1]), layout_name(k[2]), t, target))
+             for k, t in seconds.items()]
     atomic_write_text(path, "\n".join(kept) + "\n")
-    return len(keys)
+    return len(seconds)
 
 
 def warm_start(w: Conv2DWorkload, earlier: Sequence[Conv2DWorkload], searched: dict[str, dict[int, float | None]],

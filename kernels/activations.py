@@ -65,7 +65,8 @@ class VectorMath:
     LN2_HI, LN2_LO, LOG2E = 0.693359375, -2.12194440e-4, 1.44269504088896341
     EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                 5.0000001201e-1, 1.0, 1.0)
-    # exp's argument is clamped to [EXP_LO, EXP_HI], so that no result is subnormal: a
+    # exp's argument is clamped to [EXP_LO, EXP_HI], so that no result is subnormal (nor,
+    # for inputs above 1e-33 in magnitude, any sigmoid or SiLU, or the Newton step's residual): a
     # subnormal costs a microcode assist of ~100 cycles at each instruction that makes or
     # reads it: YOLOv5s's 256-channel 1x1 conv with a SiLU epilogue took 2.7x as long with
     # its pre-activations all below -88 (0.70 ms against 1.88 with the clamp at 88.3, which
@@ -102,27 +103,35 @@ class VectorMath:
         return self.binop("fmul", w, p, f.op(f"bitcast <{w} x i32> {bits} to {vty(w)}"))
 
     def divide_by_one_plus_exp(self, w: int, numerator: str, x: str) -> str:
-        """``numerator / (1 + exp(-x))``. The division is ``fdiv fast``, which LLVM lowers to
-        the CPU's reciprocal estimate and one Newton step (``vrcp14ps`` + FMAs with AVX-512,
-        ``vrcpps`` + FMAs with AVX): about 1 ulp here, where the divisor is finite and at
-        least 1. A ``vdivps`` takes one port 10 cycles a 16-lane vector. (A plain ``fmul`` or
-        ``select`` on the quotient lets LLVM fold them into a division without ``fast``: a
-        ``vdivps`` again.)"""
+        """``numerator / (1 + exp(-x))``. The division is ``fdiv arcp ninf contract``, which LLVM
+        lowers to the CPU's reciprocal estimate and one Newton step in FMAs (``vrcp14ps``, 14 bits, with
+        AVX-512; ``vrcpps``, 12 bits, with AVX2): here, where the divisor is finite and at
+        least 1, within about an ulp (AVX2: Intel's bound on ``vrcpps`` leaves up to 1.3e-7
+        after the step). A ``vdivps`` takes one port 10 cycles a 16-lane vector. No ``nnan``:
+        a NaN numerator stays NaN (an infinite one gives NaN). (A plain ``fmul`` or ``select``
+        on the quotient lets LLVM fold them into a division without the flags: a ``vdivps``
+        again.)"""
         d = self.binop("fadd", w, self.exp(w, self.f.op(f"fneg {vty(w)} {x}")), fsplat(1.0, w))
-        return self.binop("fdiv fast", w, numerator, d)
+        return self.binop("fdiv arcp ninf contract", w, numerator, d)
 
     def sigmoid(self, w: int, x: str) -> str:
-        """``1 / (1 + exp(-x))``: within 2.5 ulp where it is above 1e-30, and at most 1e-37
-        below (``exp``'s clamp)."""
-        return self.divide_by_one_plus_exp(w, fsplat(1.0, w), x)
+        """``1 / (1 + exp(-x))``: within 2.5 ulp where it is above 1e-30, and at least
+        4.5e-38 (``exp``'s clamp keeps it normal); NaN stays NaN."""
+        f = self.f
+        one = f.op(f"select <{w} x i1> {f.op(f'fcmp uno {vty(w)} {x}, {x}')}, {vty(w)} {x}, {vty(w)} {fsplat(1.0, w)}")
+        return self.divide_by_one_plus_exp(w, one, x)
 
     def silu(self, w: int, x: str) -> str:
         """``x / (1 + exp(-x))``, its numerator clamped at -1e4 (where SiLU is 0 to float
-        precision) so that ``x / 2.2e37`` (``exp``'s clamp) stays below 1e-30 for any ``x``.
-        The sigmoid's own division, and no multiply. On the session-24 Xeon the SiLU epilogue
-        of YOLOv5s's 64-channel 1x1 conv took 27% of its time, against 39% with a ``vdivps``
-        and 30 vector instructions an output vector."""
-        return self.divide_by_one_plus_exp(w, self.clip(w, x, -1e4, None), x)
+        precision) so that ``x / 2.2e37`` (``exp``'s clamp) stays below 1e-30 for any ``x``;
+        NaN stays NaN (an ordered compare, where ``maxnum`` would give -1e4). The sigmoid's
+        own division, and no multiply. On the session-24 Xeon the SiLU epilogue of YOLOv5s's
+        64-channel 1x1 conv took 27% of its time, against 39% with a ``vdivps`` and 30 vector
+        instructions an output vector."""
+        f = self.f
+        low = f.op(f"fcmp olt {vty(w)} {x}, {fsplat(-1e4, w)}")
+        return self.divide_by_one_plus_exp(w, f.op(f"select <{w} x i1> {low}, {vty(w)} {fsplat(-1e4, w)}, "
+                                                   f"{vty(w)} {x}"), x)
 
     def clip(self, w: int, v: str, lo: float | None, hi: float | None) -> str:
         if lo is not None and lo != -math.inf:

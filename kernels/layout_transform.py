@@ -45,15 +45,15 @@ def blocked_shape(shape_nchw, block: int | None) -> tuple[int, ...]:
 
 def transform_ir(shape_nchw, src_block: int | None, dst_block: int | None, name: str = "transform") -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` with args ``(src, dst)``: blocks
-    to plain NCHW by register tiles (:func:`_unblock_item`), any other pair by runs of
-    channels (:func:`_runs_item`)."""
+    of up to 64 to plain NCHW by register tiles (:func:`_unblock_item`), any other pair by
+    runs of channels (:func:`_runs_item`)."""
     N, C, H, W = shape_nchw
     a, b = src_block or 1, dst_block or 1
     blocked_shape(shape_nchw, a), blocked_shape(shape_nchw, b)  # validate
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     src = f.op("load ptr, ptr %args, align 8")
     dst = f.op(f"load ptr, ptr {f.gep('%args', '1', 'ptr')}, align 8")
-    if a > 1 and b == 1:
+    if 1 < a <= _UNROLL_LIMIT and b == 1:  # a tile is 16 x a values in registers
         items = _unblock_item(f, src, dst, shape_nchw, a)
     else:
         items = _runs_item(f, src, dst, shape_nchw, a, b)

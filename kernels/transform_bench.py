@@ -40,8 +40,8 @@ __all__ = ["Key", "cache_path", "default_cache_dir", "load_cached", "measure_tra
            "sweep_stale_temps", "time_transform"]
 
 Key = tuple[tuple[int, int, int, int], int, int]
-# Bumped whenever time_transform measures differently: timings of another protocol are
-# not comparable, so they live in another file. v2: cold caches, warm source, awake pool;
+# Bumped whenever time_transform measures differently or the kernels it times change:
+# timings of another protocol are not comparable, so they live in another file. v2: cold caches, warm source, awake pool;
 # v3: no flush, warm source, destination from memory (cold_arrays); v4: v3 with session 24's
 # kernels (vector runs between blocks, register tiles into NCHW: 0.21-0.87x the time).
 PROTOCOL = "v4"
@@ -200,7 +200,7 @@ def measure_transforms(
     built_here = measure_one is None  # time_transform: compile ahead, many to a module
     measure_one = measure_one or time_transform
     wanted = list(dict.fromkeys(normalize_key(k) for k in keys))
-    out = {} if fresh else load_cached(wanted, cache_dir=cache_dir)
+    out = {k: 0.0 for k in wanted if k[1] == k[2]} if fresh else load_cached(wanted, cache_dir=cache_dir)
     for key in wanted:
         if key in out and callback is not None:
             callback(key, out[key])

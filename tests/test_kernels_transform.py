@@ -27,11 +27,11 @@ def test_transform_all_directions(src, dst):
 
 
 @pytest.mark.parametrize("w", [16, 37])  # whole 16-pixel tiles; two and a tail of 5
-@pytest.mark.parametrize("src,dst,c", [(15, None, 30), (16, None, 32), (64, None, 64), (64, 32, 64), (32, 64, 64),
-                                       (6, 4, 12), (15, 16, 240), (None, 15, 30)])
+@pytest.mark.parametrize("src,dst,c", [(15, None, 30), (16, None, 32), (64, None, 64), (85, None, 85), (64, 32, 64),
+                                       (32, 64, 64), (6, 4, 12), (15, 16, 240), (None, 15, 30)])
 def test_transform_tiles_and_runs(src, dst, c, w):
-    """Into plain NCHW by register tiles, between blocks by runs of gcd(src, dst) channels
-    (runs of 32, of 2, and of 1 for 15 -> 16), against numpy."""
+    """Into plain NCHW by register tiles (by runs of 1 from blocks over 64), between blocks
+    by runs of gcd(src, dst) channels (runs of 32, of 2, and of 1 for 15 -> 16), against numpy."""
     shape = (2, c, 3, w)
     x = np.random.default_rng(c + w).standard_normal(shape).astype(np.float32)
     t = build_transform(shape, src, dst)

@@ -279,7 +279,13 @@ def test_retime_transforms_replaces_this_hosts_transform_records_once(tmp_path, 
     from kernels.transform_bench import load_cached  # timed again though cached: the cache has the new times
 
     assert set(load_cached(keys).values()) == {2e-5}
-    assert retime_transforms(tmp_path / "new.log", progress=False) == 0  # nothing logged: nothing timed
+    # A timing that is not a time leaves that key's record as it was.
+    assert retime_transforms(log, measure=lambda k: math.inf if k == keys[0] else 3e-5, progress=False) == len(keys) - 1
+    assert sorted(t.time for t in read_records(log).transforms if t.target == host_target()) == \
+        [2e-5] + [3e-5] * (len(keys) - 1)
+    with pytest.raises(GraphTunerError, match="no such log"):
+        retime_transforms(tmp_path / "new.log", progress=False)
+    assert not (tmp_path / "new.log").exists()
 
 
 def test_bad_arguments_and_unwritable_log(tmp_path):

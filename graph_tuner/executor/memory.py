@@ -182,7 +182,8 @@ def allocate(actions: list[tuple], shapes: dict, pinned: set,
 class WeightArena:
     """The program's packed weights, copied in the order they are kept (run order) into
     one huge-page reservation (:func:`kernels.hugepages.empty`: memory is committed as it
-    is written), each weight 64-byte aligned; a weight that does not fit starts another.
+    is written), each weight 64-byte aligned from the reservation's start (2 MiB-aligned on
+    Linux; elsewhere numpy's alignment); a weight that does not fit starts another.
 
     At batch 1 every layer's weights stream from memory on every run (ResNeXt-50 has 95 MB
     of them). As numpy allocates them, most sit in 4 KiB pages (numpy asks for huge pages
@@ -197,7 +198,9 @@ class WeightArena:
     ([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]], 64, 84)
     """
 
-    RESERVE_BYTES = 256 << 20  # address space per reservation; only what is written is memory
+    # Address space per reservation; only what is written becomes memory (under strict
+    # overcommit, vm.overcommit_memory=2, the whole reservation counts against the limit).
+    RESERVE_BYTES = 64 << 20
 
     def __init__(self):
         self.chunks: list[np.ndarray] = []  # the reservations
