@@ -118,7 +118,8 @@ class VectorMath:
         """``1 / (1 + exp(-x))``: within 2.5 ulp where it is above 1e-30, and at least
         4.5e-38 (``exp``'s clamp keeps it normal); NaN stays NaN."""
         f = self.f
-        one = f.op(f"select <{w} x i1> {f.op(f'fcmp uno {vty(w)} {x}, {x}')}, {vty(w)} {x}, {vty(w)} {fsplat(1.0, w)}")
+        nan = f.op(f"fcmp uno {vty(w)} {x}, {x}")
+        one = f.op(f"select <{w} x i1> {nan}, {vty(w)} {x}, {vty(w)} {fsplat(1.0, w)}")
         return self.divide_by_one_plus_exp(w, one, x)
 
     def silu(self, w: int, x: str) -> str:

@@ -32,12 +32,7 @@ _libc = None
 
 def zeros(size: int) -> np.ndarray:
     """A zero-filled float32 array of ``size`` elements, in huge pages where it can be."""
-    nbytes = 4 * size
-    if nbytes < MIN_BYTES or not sys.platform.startswith("linux"):
-        return np.zeros(size, np.float32)
-    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-    out = aligned_empty(size, HUGE_PAGE)
-    _advise(out.ctypes.data, span)
+    out = empty(size)
     out[:] = 0  # first touch after the advice, so the pages faulted in are huge ones
     return out
 

@@ -188,9 +188,8 @@ class WeightArena:
     At batch 1 every layer's weights stream from memory on every run (ResNeXt-50 has 95 MB
     of them). As numpy allocates them, most sit in 4 KiB pages (numpy asks for huge pages
     from 4 MB up, and only the 2 MiB-aligned part of an array can get them), so each 4 KiB
-    of weights read costs a TLB miss. Here, the whole programs ran 0.95-0.97x the time
-    (ResNeXt-50 0.970x, ResNet-50 0.952x, YOLOv5s 0.950x, 25 rounds each on the session-24
-    Xeon, benchmarks/README.md).
+    of weights read costs a TLB miss. Without the arena, seven models took 1.027-1.056x the
+    time (25 rounds each on the session-24 Xeon, benchmarks/README.md).
 
     >>> arena = WeightArena()
     >>> a = arena.keep(np.arange(6, dtype=np.float32).reshape(2, 3)); b = arena.keep(np.ones(5, np.float32))
