@@ -3,7 +3,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.jit import clear_kernel_caches
@@ -195,6 +195,23 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
         run_and_compare(wl, cfg)  # no bias: the first batch starts from zero
     finally:
         clear_kernel_caches()
+
+
+@given(lines=st.integers(1, 3000), steps=st.integers(1, 3000))
+@example(lines=2, steps=100).via("few lines, many trips")
+@example(lines=3000, steps=7).via("several lines a trip")
+def test_prefetch_lines_cover_the_slice_spread_over_half_the_item(lines, steps):
+    """Slot ``s`` prefetches line ``min(s >> k, lines - 1)``: every line of the slice, and the
+    slots before the clamp (those that fetch a line in its turn) are more than half of them."""
+    from kernels.conv2d import prefetch_shift
+
+    per_step = -(-lines // steps)  # prefetch_per_step's count when two slices fit in L2
+    k = prefetch_shift(lines, steps, per_step)
+    slots = steps * per_step
+    taken = [min(s >> k, lines - 1) for s in range(slots)]
+    assert set(taken) == set(range(lines))
+    in_turn = sum(1 for s in range(slots) if s >> k < lines)
+    assert 2 * in_turn > slots
 
 
 def test_bound_call_keeps_its_kernel_and_scratch_alive():
