@@ -22,13 +22,12 @@ in blocks holding several whole groups, have their own template in :mod:`kernels
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
-prefetched into L2, a line or two per reduction step. In a network every layer's
-weights come from memory, and without this the first row of each ``oc_chunk``
-waited for them (ResNet-18 end to end: 2-6% faster with it). The lines are spread
-over more than half of the item (:func:`prefetch_shift`), not issued a line a step from
-its start: a burst of prefetches to memory fills the line fill buffers and stalls the
-loads of the FMAs. ResNeXt-50's 8 MiB 1x1 convs in the network took 6-9% less time
-spread, and the networks 0-4.3% (ResNeXt-50 4.3%, ResNet-50 3.4%; session 25).
+prefetched into L2, in order, evenly over all of its reduction steps (:func:`prefetch_scale`).
+In a network every layer's weights come from memory, and without this the first row of
+each ``oc_chunk`` waited for them (ResNet-18 end to end: 2-6% faster with it). A line a
+step from the item's start instead (a burst of prefetches to memory, which fills the line fill
+buffers and stalls the FMAs' loads) cost ResNeXt-50's 8 MiB 1x1 convs in the network 6-13%,
+and networks up to 4.3% of their time (session 25, benchmarks/README.md).
 
 Padding: one-row register tiles read the unpadded input; each row's ``kh`` loop is
 bounded to the taps inside the input, and the tiles at the left and right edges are
@@ -251,17 +250,16 @@ def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None)
     return -(-lines // steps)
 
 
-def prefetch_shift(lines: int, steps: int, per_step: int) -> int:
-    """The largest ``k`` with ``lines << k <= steps * per_step``: prefetch slot ``s`` of a work
-    item (``per_step`` a trip) takes line ``s >> k`` (the last one from then on), so the lines
-    are spread over more than half of the item's trips instead of coming in a burst at its start.
+def prefetch_scale(lines: int, slots: int) -> int:
+    """The 32.32 fixed-point step: prefetch slot ``s`` of a work item's ``slots`` (a few a trip)
+    takes line ``(s * scale) >> 32``, so the lines come evenly over the whole item, in order and
+    none skipped (a scale of at most 1), instead of a burst at its start.
 
-    >>> prefetch_shift(4096, 14336, 1), prefetch_shift(4096, 4096, 1), prefetch_shift(10, 100, 1)
-    (1, 0, 3)
+    >>> [(s * prefetch_scale(3, 7)) >> 32 for s in range(7)]
+    [0, 0, 0, 1, 1, 2, 2]
     """
-    if not per_step or steps <= 0:
-        return 0
-    return max(0, (steps * per_step // lines).bit_length() - 1)
+    assert 0 < lines <= slots < 1 << 31, (lines, slots)  # slot * scale stays below 2^63
+    return -(-(lines << 32) // slots)  # rounded up: the last slot reaches the last line
 
 
 L1_WEIGHT_SHARE = 0.5  # of the L1 data cache, for a reduction batch's weights (24 KiB of 48 here)
@@ -398,7 +396,7 @@ class ConvContext:
     slice_floats: int  # one output channel block's weights
     slice_lines: int
     pf_per_step: int  # lines of the next weight slice prefetched per innermost trip
-    pf_shift: int  # a trip's prefetch slot >> pf_shift is the line it prefetches
+    pf_scale: int  # a prefetch slot times pf_scale, >> 32, is the line it prefetches
     kw_order: list[int]  # unrolled taps (see conv_context)
     batch_icg: int  # input channel blocks per reduction batch (ic_batch)
     batches: int
@@ -430,6 +428,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     steps_ic = icb if config.unroll_kw else KW * icb
     tiles_per_row = OW // T + (1 if OW % T else 0)
     steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
+    item_steps = -(-G // ohb) * steps_per_row_tile
     slice_floats = ICgB * KH * KW * icb * ocb
     batch_icg = ic_batch(workload, config)
     return ConvContext(
@@ -444,8 +443,8 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         ohb=ohb, T=T, rows_first=rows_first,
         G=G, NB=-(-OH // G), steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
         slice_floats=slice_floats, slice_lines=-(-slice_floats * 4 // 64),
-        pf_per_step=(pf := prefetch_per_step(slice_floats * 4, -(-G // ohb) * steps_per_row_tile)),
-        pf_shift=prefetch_shift(-(-slice_floats * 4 // 64), -(-G // ohb) * steps_per_row_tile, pf),
+        pf_per_step=(pf := prefetch_per_step(slice_floats * 4, item_steps)),
+        pf_scale=prefetch_scale(-(-slice_floats * 4 // 64), item_steps * pf) if pf else 0,
         # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
         # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
         kw_order=sorted(range(KW), key=lambda kw: (kw * dw % sw, kw)),
@@ -751,8 +750,7 @@ def _prefetch_weights(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str
     for q in range(c.pf_per_step):
         line = f.op(f"mul nsw i64 {step}, {c.pf_per_step}")
         line = f.add(line, q)
-        if c.pf_shift:
-            line = f.op(f"lshr i64 {line}, {c.pf_shift}")
+        line = f.op(f"lshr i64 {f.mul(line, c.pf_scale)}, 32")
         small = f.op(f"icmp slt i64 {line}, {c.slice_lines - 1}")
         line = f.op(f"select i1 {small}, i64 {line}, i64 {c.slice_lines - 1}")
         addr = f.gep("%pf", f.mul(line, 64), "i8")

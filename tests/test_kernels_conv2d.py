@@ -198,20 +198,23 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
 
 
 @given(lines=st.integers(1, 3000), steps=st.integers(1, 3000))
-@example(lines=2, steps=100).via("few lines, many trips")
-@example(lines=3000, steps=7).via("several lines a trip")
-def test_prefetch_lines_cover_the_slice_spread_over_half_the_item(lines, steps):
-    """Slot ``s`` prefetches line ``min(s >> k, lines - 1)``: every line of the slice, and the
-    slots before the clamp (those that fetch a line in its turn) are more than half of them."""
-    from kernels.conv2d import prefetch_shift
+@example(lines=2, steps=100)  # few lines, many trips
+@example(lines=3000, steps=7)  # several lines a trip
+@example(lines=4096, steps=14336)  # ResNeXt-50's 7x7 2048 -> 1024 conv, oc_bn 32
+def test_prefetch_lines_cover_the_slice_evenly_over_the_item(lines, steps):
+    """Slot ``s`` (``per_step`` a trip) prefetches line ``min((s * scale) >> 32, lines - 1)``:
+    every line of the slice, in order, each for as many slots as any other, give or take one."""
+    from collections import Counter
+
+    from kernels.conv2d import prefetch_scale
 
     per_step = -(-lines // steps)  # prefetch_per_step's count when two slices fit in L2
-    k = prefetch_shift(lines, steps, per_step)
     slots = steps * per_step
-    taken = [min(s >> k, lines - 1) for s in range(slots)]
-    assert set(taken) == set(range(lines))
-    in_turn = sum(1 for s in range(slots) if s >> k < lines)
-    assert 2 * in_turn > slots
+    scale = prefetch_scale(lines, slots)
+    taken = [min((s * scale) >> 32, lines - 1) for s in range(slots)]
+    assert taken == sorted(taken) and set(taken) == set(range(lines))
+    counts = Counter(taken).values()
+    assert max(counts) - min(counts) <= 1
 
 
 def test_bound_call_keeps_its_kernel_and_scratch_alive():
