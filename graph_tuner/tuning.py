@@ -157,22 +157,33 @@ def host_target() -> str:
 def check_log(path: str | os.PathLike) -> Path:
     """Make sure ``path`` can be appended to as a tuning log without damaging anything;
     touches nothing. A missing file is fine (it will be created, and its missing folders);
-    a directory, a special file, or a file that is not already an AutoTVM log
+    a directory, a special file, a gzip-compressed log (records are appended as they are
+    measured), a new name ending ``.gz``, or a file that is not already an AutoTVM log
     (:func:`log_problem`: a model, a plan, any other text) is a :class:`GraphTunerError`."""
     path = Path(path)
     if path.is_dir():
         raise GraphTunerError(f"{path}: is a directory, not a tuning log; name a log file for -o")
     if path.exists() and not path.is_file():
         raise GraphTunerError(f"{path}: is not a regular file; name a log file for -o")
-    if path.exists():
-        try:
-            problem = log_problem(path)
-        except OSError as e:
-            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); "
-                                  f"choose another -o") from None
-        if problem:
-            raise GraphTunerError(f"{path}: not an AutoTVM tuning log ({problem}); left as it is; "
-                                  f"name a new or existing log file for -o")
+    if not path.exists():
+        if path.suffix == ".gz":
+            raise GraphTunerError(f"{path}: -o names a compressed file, but records are written as plain "
+                                  f"text; name a .log file for -o (gzip it when tuning is done)")
+        return path
+    try:
+        with open(path, "rb") as f:
+            compressed = f.read(2) == b"\x1f\x8b"  # gzip's magic (data/<cpu>/*.log.gz)
+        problem = log_problem(path)
+    except OSError as e:
+        raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); "
+                              f"choose another -o") from None
+    if compressed:  # records are appended as they are measured: gzip cannot take them
+        plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
+        raise GraphTunerError(f"{path}: a gzip-compressed log cannot be appended to; left as it is; "
+                              f"unpack it (gunzip -c {path} > {plain}) and name {plain} for -o")
+    if problem:
+        raise GraphTunerError(f"{path}: not an AutoTVM tuning log ({problem}); left as it is; "
+                              f"name a new or existing log file for -o")
     return path
 
 

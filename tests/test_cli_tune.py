@@ -101,6 +101,27 @@ def test_output_that_is_not_a_log_exits_2_and_is_left_byte_identical(kind, tiny_
     assert out.read_bytes() == before
 
 
+def test_a_compressed_log_for_output_exits_2_naming_the_unpack_step(tiny_onnx, tmp_path, capsys):
+    """A shipped ``.log.gz`` given to ``-o`` (to re-time it) was refused as "not an AutoTVM
+    tuning log"; records cannot be appended to gzip, so the error says how to unpack it."""
+    import gzip
+
+    rec = b'{"input": ["llvm", "conv2d_NCHWc.x86", [], {}], "config": {}, "result": [[1e-4], 0, 0, 0]}\n'
+    out = tmp_path / "resnet-18.log.gz"
+    out.write_bytes(gzip.compress(rec))
+    before = out.read_bytes()
+    for extra in (["--trials", "1", "--no-progress"], ["--retime", "--no-progress"]):
+        assert main(["tune", str(tiny_onnx), "-o", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"graph-tuner: error: {out}: a gzip-compressed log")
+        assert f"gunzip -c {out} > {tmp_path / 'resnet-18.log'}" in err
+        assert out.read_bytes() == before
+    new = tmp_path / "new.log.gz"
+    assert main(["tune", str(tiny_onnx), "-o", str(new), "--trials", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "-o names a compressed file" in err and not new.exists()
+
+
 def test_output_that_is_a_directory_exits_2_naming_it(tiny_onnx, tmp_path, capsys):
     assert main(["tune", str(tiny_onnx), "-o", str(tmp_path), "--trials", "1"]) == 2
     err = capsys.readouterr().err.strip()
