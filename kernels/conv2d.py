@@ -22,12 +22,12 @@ in blocks holding several whole groups, have their own template in :mod:`kernels
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
-prefetched into L2, in order, evenly over all of its reduction steps (:func:`prefetch_scale`).
+prefetched into L2, in order, evenly over the current item's reduction steps (:func:`prefetch_scale`).
 In a network every layer's weights come from memory, and without this the first row of
 each ``oc_chunk`` waited for them (ResNet-18 end to end: 2-6% faster with it). A line a
 step from the item's start instead (a burst of prefetches to memory, which fills the line fill
-buffers and stalls the FMAs' loads) cost ResNeXt-50's 8 MiB 1x1 convs in the network 6-13%,
-and networks up to 4.3% of their time (session 25, benchmarks/README.md).
+buffers and stalls the FMAs' loads) took ResNeXt-50's 8 MiB 1x1 convs 10-15% longer in the
+network, and networks up to 4.4% longer (session 25, benchmarks/README.md).
 
 Padding: one-row register tiles read the unpadded input; each row's ``kh`` loop is
 bounded to the taps inside the input, and the tiles at the left and right edges are
