@@ -22,7 +22,8 @@ in blocks holding several whole groups, have their own template in :mod:`kernels
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
-prefetched into L2, in order, evenly over the current item's reduction steps (:func:`prefetch_scale`).
+prefetched into L2, spread evenly over the current item's reduction steps by step number
+(:func:`prefetch_scale`; a batched reduction runs its steps batch by batch).
 In a network every layer's weights come from memory, and without this the first row of
 each ``oc_chunk`` waited for them (ResNet-18 end to end: 2-6% faster with it). A line a
 step from the item's start instead (a burst of prefetches to memory, which fills the line fill
@@ -251,14 +252,17 @@ def prefetch_per_step(slice_bytes: int, steps: int, l2_bytes: int | None = None)
 
 
 def prefetch_scale(lines: int, slots: int) -> int:
-    """The 32.32 fixed-point step: prefetch slot ``s`` of a work item's ``slots`` (a few a trip)
-    takes line ``(s * scale) >> 32``, so the lines come evenly over the whole item, in order and
-    none skipped (a scale of at most 1), instead of a burst at its start.
+    """The 32.32 fixed-point step: prefetch slot ``s`` of a work item's ``slots`` (a few a
+    trip, numbered in step order) takes line ``(s * scale) >> 32``, so the lines are spread
+    evenly over the item's steps instead of coming in a burst at its start. With at least as
+    many slots as lines (a scale of at most 1) they come in order and none is skipped; with
+    fewer (a short last item), every ``scale / 2^32``-th line.
 
-    >>> [(s * prefetch_scale(3, 7)) >> 32 for s in range(7)]
-    [0, 0, 0, 1, 1, 2, 2]
+    >>> [(s * prefetch_scale(3, 7)) >> 32 for s in range(7)], [(s * prefetch_scale(6, 3)) >> 32 for s in range(3)]
+    ([0, 0, 0, 1, 1, 2, 2], [0, 2, 4])
     """
-    assert 0 < lines <= slots < 1 << 31, (lines, slots)  # slot * scale stays below 2^63
+    # slot * scale < lines * 2^32 + slots: below 2^63 while lines < 2^31 (the IR multiplies nsw)
+    assert 0 < lines < 1 << 31 and slots > 0, (lines, slots)
     return -(-(lines << 32) // slots)  # rounded up: the last slot reaches the last line
 
 
@@ -397,6 +401,7 @@ class ConvContext:
     slice_lines: int
     pf_per_step: int  # lines of the next weight slice prefetched per innermost trip
     pf_scale: int  # a prefetch slot times pf_scale, >> 32, is the line it prefetches
+    pf_scale_last: int  # the same in a plane's last row block, which may be shorter
     kw_order: list[int]  # unrolled taps (see conv_context)
     batch_icg: int  # input channel blocks per reduction batch (ic_batch)
     batches: int
@@ -429,7 +434,10 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     tiles_per_row = OW // T + (1 if OW % T else 0)
     steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
     item_steps = -(-G // ohb) * steps_per_row_tile
+    last_steps = -(-(OH - (-(-OH // G) - 1) * G) // ohb) * steps_per_row_tile  # the last row block's
     slice_floats = ICgB * KH * KW * icb * ocb
+    slice_lines = -(-slice_floats * 4 // 64)
+    pf = prefetch_per_step(slice_floats * 4, item_steps)
     batch_icg = ic_batch(workload, config)
     return ConvContext(
         name=name, config=config, source=source, workload=workload, bias=bias, residual=residual,
@@ -442,9 +450,9 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         origin=0 if copy_pad else -(top * W + left) * icb, lanes=lanes, chunks=vector_chunks(ocb, lanes),
         ohb=ohb, T=T, rows_first=rows_first,
         G=G, NB=-(-OH // G), steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
-        slice_floats=slice_floats, slice_lines=-(-slice_floats * 4 // 64),
-        pf_per_step=(pf := prefetch_per_step(slice_floats * 4, item_steps)),
-        pf_scale=prefetch_scale(-(-slice_floats * 4 // 64), item_steps * pf) if pf else 0,
+        slice_floats=slice_floats, slice_lines=slice_lines, pf_per_step=pf,
+        pf_scale=prefetch_scale(slice_lines, item_steps * pf) if pf else 0,
+        pf_scale_last=prefetch_scale(slice_lines, last_steps * pf) if pf else 0,
         # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
         # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
         kw_order=sorted(range(KW), key=lambda kw: (kw * dw % sw, kw)),
@@ -549,14 +557,15 @@ class Tile:
 
 
 def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") -> str:
-    """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, j0, icg0, icg1)``: R output rows of one output
-    channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the weight
-    slice at ``pf`` (see :func:`prefetch_per_step`) from step ``j0``. ``mode``: ``all`` (the whole
+    """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, pfs, j0, icg0, icg1)``: R output rows of one
+    output channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the
+    weight slice at ``pf`` from step ``j0`` (see :func:`prefetch_per_step`; ``pfs`` is the
+    item's :func:`prefetch_scale`). ``mode``: ``all`` (the whole
     reduction), or ``batch``: one batch of it (see :func:`ic_batch`), which starts from the bias
     when ``icg0`` is 0, else from the partial sums, and applies the epilogue when ``icg1`` ends
     the reduction, else stores partial sums."""
     f = IRFunction(f"define internal void @{c.name}_rows{R}_{mode}(ptr %args, i64 %n, i64 %ob, i64 %oh0, "
-                   f"ptr %pf, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
+                   f"ptr %pf, i64 %pfs, i64 %j0, i64 %icg0, i64 %icg1) nounwind",
                    md_base=1000 * R + 100 * ("all", "batch").index(mode))
     data = arg_ptr(f, SCRATCH_ARG if c.copy_pad or c.compact else 0)
     weight, out = arg_ptr(f, 1), arg_ptr(f, 2)
@@ -702,11 +711,14 @@ def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: st
     c, f = rb.c, rb.f
     taps = [t for t in range(tile.width)
             if tile.edge is None or kw in static_taps(tile.edge + t, c.W, c.KW, c.sw, c.dw, c.left)]
+    # Every trip is a prefetch slot, even one whose taps all fall in the padding. Unrolled kw
+    # is not part of the step (once per ic, at the first tap emitted); a static kw of an edge
+    # tile with kw looped elsewhere is.
+    if c.pf_per_step and (isinstance(kw, str) or not c.config.unroll_kw or kw == c.kw_order[0]):
+        _prefetch_weights(rb, tile, icg, kh, kw, ic)
     if not taps:
         return
     cb = f.op(f"add nsw i64 {rb.icb_start}, {icg}") if rb.icb_start != "0" else icg
-    if c.pf_per_step and (kw == 0 or isinstance(kw, str)):
-        _prefetch_weights(rb, tile, icg, kh, kw, ic)
     kwv = [(kw, c.icb * c.ocb)] if isinstance(kw, str) else []
     kwc = kw * c.icb * c.ocb if isinstance(kw, int) else 0
     wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icb * c.ocb), (icg, c.KH * c.KW * c.icb * c.ocb),
@@ -750,7 +762,7 @@ def _prefetch_weights(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str
     for q in range(c.pf_per_step):
         line = f.op(f"mul nsw i64 {step}, {c.pf_per_step}")
         line = f.add(line, q)
-        line = f.op(f"lshr i64 {f.mul(line, c.pf_scale)}, 32")
+        line = f.op(f"lshr i64 {f.mul(line, '%pfs')}, 32")
         small = f.op(f"icmp slt i64 {line}, {c.slice_lines - 1}")
         line = f.op(f"select i1 {small}, i64 {line}, i64 {c.slice_lines - 1}")
         addr = f.gep("%pf", f.mul(line, 64), "i8")
@@ -854,7 +866,11 @@ def work_item_ir(c: ConvContext) -> str:
         nfull = f.op(f"udiv i64 {rows}, {c.ohb}") if c.ohb > 1 else rows
     else:
         rows, nfull = str(c.G), str(c.G // c.ohb)
-    item = _Item(n, ob, pf, oh_begin, rows, nfull)
+    scale = str(c.pf_scale)
+    if c.pf_scale_last != c.pf_scale:  # the plane's last row block is shorter: its own spread
+        last = f.op(f"icmp eq i64 {hb}, {c.NB - 1}")
+        scale = f.op(f"select i1 {last}, i64 {c.pf_scale_last}, i64 {c.pf_scale}")
+    item = _Item(n, ob, pf, scale, oh_begin, rows, nfull)
     if c.batches == 1:
         _call_row_blocks(f, c, item, "all", 0, c.ICgB)
     else:  # the reduction in batches whose weights stay in L1 across all the item's rows
@@ -875,6 +891,7 @@ class _Item:
     n: str
     ob: str  # output channel block
     pf: str  # the weight slice to prefetch
+    pfs: str  # its prefetch_scale for this item's steps
     oh_begin: str  # first output row
     rows: str  # its rows
     nfull: str  # its full register tile rows
@@ -882,7 +899,7 @@ class _Item:
 
 def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0, icg1) -> None:
     """The item's rows (full tiles, then the shorter tail) over input channel blocks [icg0, icg1)."""
-    call = f"ptr {item.pf}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
+    call = f"ptr {item.pf}, i64 {item.pfs}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
     with f.loop(item.nfull) as rt:
         oh0 = f.op(f"add nsw i64 {item.oh_begin}, {f.mul(rt, c.ohb)}")
         j0 = f.mul(rt, c.steps_per_row_tile)

@@ -200,7 +200,7 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
 @given(lines=st.integers(1, 3000), steps=st.integers(1, 3000))
 @example(lines=2, steps=100)  # few lines, many trips
 @example(lines=3000, steps=7)  # several lines a trip
-@example(lines=4096, steps=14336)  # ResNeXt-50's 7x7 2048 -> 1024 conv, oc_bn 32
+@example(lines=4096, steps=14336)  # ResNeXt-50's 1x1 conv 2048 -> 1024 on 7x7, oc_bn 32
 def test_prefetch_lines_cover_the_slice_evenly_over_the_item(lines, steps):
     """Slot ``s`` (``per_step`` a trip) prefetches line ``min((s * scale) >> 32, lines - 1)``:
     every line of the slice, in order, each for as many slots as any other, give or take one."""
@@ -215,6 +215,42 @@ def test_prefetch_lines_cover_the_slice_evenly_over_the_item(lines, steps):
     assert taken == sorted(taken) and set(taken) == set(range(lines))
     counts = Counter(taken).values()
     assert max(counts) - min(counts) <= 1
+
+
+@given(lines=st.integers(2, 3000), slots=st.integers(1, 3000))
+def test_fewer_prefetch_slots_than_lines_take_lines_evenly_apart(lines, slots):
+    """A short last item (fewer slots than lines): distinct lines, increasing, from the first,
+    the gaps between them differing by at most one."""
+    from kernels.conv2d import prefetch_scale
+
+    if slots >= lines:
+        return
+    scale = prefetch_scale(lines, slots)
+    taken = [(s * scale) >> 32 for s in range(slots)]
+    gaps = {b - a for a, b in zip(taken, taken[1:])}
+    assert taken[0] == 0 and taken[-1] <= lines - 1 and min(gaps, default=1) >= 1
+    assert max(gaps, default=1) - min(gaps, default=1) <= 1
+
+
+def test_a_planes_short_last_item_gets_its_own_prefetch_spread():
+    """ResNet-50's 28x28 3x3 conv in items of 9 rows: the last has 1, so its 1/9 of the steps
+    must still spread over the whole next slice (with the full item's scale it reached 1/9)."""
+    from kernels.conv2d import conv_context, prefetch_scale
+    from kernels.jit import host_cpu
+
+    wl = Conv2DWorkload((1, 128, 28, 28), (128, 128, 3, 3), padding=P1)
+    cfg = Conv2DConfig(ic_bn=32, oc_bn=32, ow_bn=14)
+    c = conv_context(wl, cfg, name="k", lanes=host_cpu().lanes, bias=True, residual=False, activation=None,
+                     affine_out=False, affine_activation=None)
+    if not c.pf_per_step or c.OH % c.G == 0:
+        pytest.skip(f"no shorter last item here (G={c.G}, prefetch {c.pf_per_step})")
+    last_rows = c.OH - (c.NB - 1) * c.G
+    slots = -(-last_rows // c.ohb) * c.steps_per_row_tile * c.pf_per_step
+    assert c.pf_scale_last == prefetch_scale(c.slice_lines, slots) > c.pf_scale
+    assert ((slots - 1) * c.pf_scale_last) >> 32 >= c.slice_lines - 1  # its last slot: the last line
+    ir = conv2d_ir(wl, cfg, bias=True)
+    assert f"i64 {c.pf_scale_last}, i64 {c.pf_scale}" in ir  # chosen per item: the last or a full one
+    run_and_compare(wl, cfg, bias=True, nthreads=2)
 
 
 def test_bound_call_keeps_its_kernel_and_scratch_alive():
