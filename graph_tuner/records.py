@@ -286,13 +286,16 @@ def read_records(
     return log
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of a gzip file
+
+
 def _file_lines(path: Path) -> list[bytes]:
     """A log file's lines as bytes (gzip-compressed or not, a BOM dropped)."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); check the path") from None
-    if data.startswith(b"\x1f\x8b"):  # gzip's magic: a compressed log (data/<cpu>/*.log.gz)
+    if data.startswith(GZIP_MAGIC):  # a compressed log (data/<cpu>/*.log.gz)
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:

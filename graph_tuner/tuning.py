@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
-from graph_tuner.records import (conv_input_key, format_record, log_problem, logged_records,
+from graph_tuner.records import (GZIP_MAGIC, conv_input_key, format_record, log_problem, logged_records,
                                  make_conv2d_record, make_transform_record, read_records, record_lines, torn_tail,
                                  transform_input_key)
 from kernels.config import Conv2DConfig
@@ -157,34 +158,49 @@ def host_target() -> str:
 def check_log(path: str | os.PathLike) -> Path:
     """Make sure ``path`` can be appended to as a tuning log without damaging anything;
     touches nothing. A missing file is fine (it will be created, and its missing folders);
-    a directory, a special file, a gzip-compressed log (records are appended as they are
-    measured), a new name ending ``.gz``, or a file that is not already an AutoTVM log
+    a directory, a special file, a gzip-compressed log or a new or empty one named ``.gz``
+    (:func:`_refuse_compressed`), or a file that is not already an AutoTVM log
     (:func:`log_problem`: a model, a plan, any other text) is a :class:`GraphTunerError`."""
     path = Path(path)
     if path.is_dir():
         raise GraphTunerError(f"{path}: is a directory, not a tuning log; name a log file for -o")
     if path.exists() and not path.is_file():
         raise GraphTunerError(f"{path}: is not a regular file; name a log file for -o")
+    _refuse_compressed(path)
     if not path.exists():
-        if path.suffix == ".gz":
-            raise GraphTunerError(f"{path}: -o names a compressed file, but records are written as plain "
-                                  f"text; name a .log file for -o (gzip it when tuning is done)")
         return path
     try:
-        with open(path, "rb") as f:
-            compressed = f.read(2) == b"\x1f\x8b"  # gzip's magic (data/<cpu>/*.log.gz)
         problem = log_problem(path)
     except OSError as e:
         raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); "
                               f"choose another -o") from None
-    if compressed:  # records are appended as they are measured: gzip cannot take them
-        plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
-        raise GraphTunerError(f"{path}: a gzip-compressed log cannot be appended to; left as it is; "
-                              f"unpack it (gunzip -c {path} > {plain}) and name {plain} for -o")
     if problem:
         raise GraphTunerError(f"{path}: not an AutoTVM tuning log ({problem}); left as it is; "
                               f"name a new or existing log file for -o")
     return path
+
+
+def _refuse_compressed(path: Path) -> None:
+    """A :class:`GraphTunerError` if the log at ``path`` is gzip-compressed, or is new or empty
+    but named ``.gz``: records are appended as plain text, whole lines that a killed run leaves
+    readable (and :func:`repair_tail` cuts bytes off), which a gzip stream is not."""
+    plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
+    if plain.exists():  # never suggest overwriting a file
+        plain = path.with_name(f"{plain.stem}.unpacked{plain.suffix or '.log'}")
+    head = b""
+    if path.is_file():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(2)
+        except OSError as e:
+            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); choose another -o") from None
+    if head == GZIP_MAGIC:
+        raise GraphTunerError(f"{path}: a gzip-compressed log, and tune appends records as plain text; left as it "
+                              f"is; unpack it (gunzip -c {shlex.quote(str(path))} > {shlex.quote(str(plain))}) "
+                              f"and name {plain} for -o")
+    if not head and path.suffix == ".gz":
+        raise GraphTunerError(f"{path}: -o ends in .gz, but tune appends records as plain text; name "
+                              f"{path.with_suffix('')} for -o (gzip it when tuning is done)")
 
 
 def repair_tail(path: str | os.PathLike) -> bool:

@@ -116,10 +116,21 @@ def test_a_compressed_log_for_output_exits_2_naming_the_unpack_step(tiny_onnx, t
         assert len(err.splitlines()) == 1 and err.startswith(f"graph-tuner: error: {out}: a gzip-compressed log")
         assert f"gunzip -c {out} > {tmp_path / 'resnet-18.log'}" in err
         assert out.read_bytes() == before
-    new = tmp_path / "new.log.gz"
-    assert main(["tune", str(tiny_onnx), "-o", str(new), "--trials", "1", "--no-progress"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "-o names a compressed file" in err and not new.exists()
+    (tmp_path / "resnet-18.log").write_bytes(rec)  # unpacked before: never suggest overwriting it
+    assert main(["tune", str(tiny_onnx), "-o", str(out), "--retime", "--no-progress"]) == 2
+    assert f"> {tmp_path / 'resnet-18.unpacked.log'}" in capsys.readouterr().err
+    unnamed = tmp_path / "tuned"  # gzip data whatever the name
+    unnamed.write_bytes(gzip.compress(rec))
+    assert main(["tune", str(tiny_onnx), "-o", str(unnamed), "--trials", "1", "--no-progress"]) == 2
+    assert f"> {tmp_path / 'tuned.log'}" in capsys.readouterr().err
+    for name, data in (("new.log.gz", None), ("empty.log.gz", b"")):
+        path = tmp_path / name
+        if data is not None:
+            path.write_bytes(data)
+        assert main(["tune", str(tiny_onnx), "-o", str(path), "--trials", "1", "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"-o ends in .gz" in err and f"name {path.with_suffix('')} for -o" in err
+        assert path.exists() == (data is not None) and (data is None or path.read_bytes() == data)
 
 
 def test_output_that_is_a_directory_exits_2_naming_it(tiny_onnx, tmp_path, capsys):
