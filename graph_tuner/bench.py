@@ -40,25 +40,38 @@ TARGET_SPEEDUP, ROOFLINE_SHARE = 1.10, 0.95
 
 def target(runtimes: dict, roofline_ms: float) -> dict:
     """The graph-tuned time the goal asks for and whether the run met it: ``TARGET_SPEEDUP``
-    times faster than the fastest other runtime measured, unless that is beyond
-    ``ROOFLINE_SHARE`` of the roofline (the network's FLOPs at the FMA peak).
+    times faster than the closest other runtime, unless that is beyond ``ROOFLINE_SHARE`` of
+    the roofline (the network's FLOPs at the FMA peak). A rival's speed is its paired ratio
+    (``vs_graph_tuned``: round by round, so the host's drift cancels), else its median over
+    ours; ``clear`` says the ratio's whole 90% interval meets the goal, not just its middle.
 
     >>> t = target({"graph_tuned": {"median_ms": 9.0}, "openvino": {"median_ms": 10.0},
     ...             "onnxruntime": {"median_ms": 12.0}}, roofline_ms=8.0)
     >>> round(t["target_ms"], 3), t["bound_by"], t["met"]
     (9.091, 'openvino', True)
+    >>> t = target({"graph_tuned": {"median_ms": 26.76}, "openvino": {"median_ms": 29.34,
+    ...             "vs_graph_tuned": {"ratio": 1.117, "interval90": [1.071, 1.137]}}}, roofline_ms=17.8)
+    >>> t["met"], t["clear"], round(t["rival_ratio"], 3)
+    (True, False, 1.117)
     >>> target({"graph_tuned": {"median_ms": 9.0}, "openvino": {"median_ms": 9.0}}, 8.8)["bound_by"]
     'roofline'
     """
-    others = {k: r["median_ms"] for k, r in runtimes.items() if r and k in OTHER_RUNTIMES}
-    rival = min(others, key=others.get) if others else None
-    want = others[rival] / TARGET_SPEEDUP if rival else 0.0  # no rival measured: the roofline alone
+    ours = runtimes["graph_tuned"]["median_ms"]
+
+    def speed(r: dict) -> tuple[float, float]:  # (ratio, its interval's low end)
+        vs = r.get("vs_graph_tuned")
+        return (vs["ratio"], vs["interval90"][0]) if vs else (r["median_ms"] / ours,) * 2
+
+    others = {k: speed(r) for k, r in runtimes.items() if r and k in OTHER_RUNTIMES}
+    rival = min(others, key=lambda k: others[k][0]) if others else None
+    want = ours * others[rival][0] / TARGET_SPEEDUP if rival else 0.0  # no rival measured: the roofline alone
     floor = roofline_ms / ROOFLINE_SHARE
     bound_by = "roofline" if floor > want else rival
     goal = max(want, floor)
-    ours = runtimes["graph_tuned"]["median_ms"]
-    return {"target_ms": goal, "bound_by": bound_by, "met": ours <= goal, "roofline_ms": roofline_ms,
-            "peak_share": roofline_ms / ours}
+    met = ours <= goal * (1 + 1e-12)
+    clear = met if bound_by == "roofline" else others[rival][1] >= TARGET_SPEEDUP
+    return {"target_ms": goal, "bound_by": bound_by, "met": met, "clear": clear, "roofline_ms": roofline_ms,
+            "rival_ratio": others[rival][0] if rival else None, "peak_share": roofline_ms / ours}
 
 
 def tuning_log(name: str, work_dir: Path, trials: int, progress: bool) -> tuple[Path, str | None]:
@@ -168,7 +181,9 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
         t = entry["target"] = target(rivals, model.flops() / peak_gflops / 1e6)
         print_fn(f"{name:<14} roofline {t['roofline_ms']:.3f} ms ({model.flops() / 1e9:.2f} GFLOP at "
                  f"{peak_gflops:.0f} GFLOP/s): graph-tuned at {100 * t['peak_share']:.0f}% of the FMA peak; "
-                 f"goal {t['target_ms']:.3f} ms (bound by {t['bound_by']}): {'met' if t['met'] else 'missed'}")
+                 f"goal {t['target_ms']:.3f} ms (bound by {t['bound_by']}): "
+                 + ("missed" if not t["met"] else "met" if t["clear"] else
+                    f"met, but its 90% interval reaches below {TARGET_SPEEDUP:.2f}x"))
     return entry
 
 

@@ -327,3 +327,19 @@ def test_the_goal_is_ten_percent_under_the_fastest_rival_unless_the_roofline_for
     assert t["bound_by"] == "roofline" and t["target_ms"] == pytest.approx(9.8 / 0.95) and t["met"]
     alone = bench.target({"graph_tuned": {"median_ms": 1.0}}, 1.0)  # no rival measured: the roofline's goal
     assert alone["bound_by"] == "roofline" and alone["met"]
+
+
+def test_the_goal_weighs_rivals_by_their_paired_ratio_not_their_medians():
+    """Session 25: OpenVINO's median was 1.097x ours (29.34 / 26.76 ms, "missed"), its paired
+    ratio 1.117x (1.071-1.137): met, but not clear of noise. A rival closer by the pairing wins."""
+    runs = {"graph_tuned": {"median_ms": 26.76},
+            "openvino": {"median_ms": 29.34, "vs_graph_tuned": {"ratio": 1.117, "interval90": [1.071, 1.137]}},
+            "onnxruntime": {"median_ms": 28.0, "vs_graph_tuned": {"ratio": 1.221, "interval90": [1.196, 1.245]}}}
+    t = bench.target(runs, roofline_ms=17.8)
+    assert t["bound_by"] == "openvino" and t["met"] and not t["clear"]
+    assert t["target_ms"] == pytest.approx(26.76 * 1.117 / 1.1) and t["rival_ratio"] == 1.117
+    runs["openvino"]["vs_graph_tuned"] = {"ratio": 1.09, "interval90": [1.05, 1.12]}
+    assert not bench.target(runs, roofline_ms=17.8)["met"]
+    runs["openvino"]["vs_graph_tuned"] = {"ratio": 1.15, "interval90": [1.11, 1.19]}
+    t = bench.target(runs, roofline_ms=17.8)
+    assert t["met"] and t["clear"]
