@@ -49,6 +49,23 @@ def build(model, plan, params, module, name: str, value) -> object:
         clear_kernel_caches()
 
 
+def parse_change(ap: argparse.ArgumentParser, change: str) -> tuple[object, str, object]:
+    """``(module, name, value)`` of a ``--set [MODULE.]NAME=VALUE`` (default module kernels.conv2d;
+    the value a Python literal, cast to the constant's type); ``ap.error`` if there is no such constant."""
+    name, _, text = change.partition("=")
+    where, _, name = name.rpartition(".")
+    try:
+        module = importlib.import_module(where) if where else conv
+    except ImportError:
+        ap.error(f"--set: no module {where!r}")
+    if not hasattr(module, name):
+        ap.error(f"{module.__name__} has no constant {name!r}")
+    try:
+        return module, name, type(getattr(module, name))(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        ap.error(f"--set {change}: the value is not a Python literal")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -60,14 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     if not (args.log or args.change):
         ap.error("say what changes: --log, --set or both")
-    name, _, text = (args.change or "").partition("=")
-    where, _, name = name.rpartition(".")
-    try:
-        module = importlib.import_module(where) if where else conv
-    except ImportError:
-        ap.error(f"--set: no module {where!r}")
-    if args.change and not hasattr(module, name):
-        ap.error(f"{module.__name__} has no constant {name!r}")
+    module, name, value = parse_change(ap, args.change) if args.change else (None, "", None)
 
     model = load_model(args.model)
     plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve(measure=True)
@@ -75,7 +85,6 @@ def main() -> None:
     current = compile_model(model, plan, params)
     other = GraphTuner(model, args.log, top_k=20).solve(measure=True) if args.log else plan
     if args.change:
-        value = type(getattr(module, name))(ast.literal_eval(text))
         changed = build(model, other, params, module, name, value)
     else:
         changed = compile_model(model, other, params)
