@@ -166,37 +166,34 @@ def check_log(path: str | os.PathLike) -> Path:
         raise GraphTunerError(f"{path}: is a directory, not a tuning log; name a log file for -o")
     if path.exists() and not path.is_file():
         raise GraphTunerError(f"{path}: is not a regular file; name a log file for -o")
-    _refuse_compressed(path)
     if not path.exists():
+        _refuse_compressed(path, b"")
         return path
     try:
+        with open(path, "rb") as f:
+            head = f.read(2)
         problem = log_problem(path)
     except OSError as e:
         raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); "
                               f"choose another -o") from None
+    _refuse_compressed(path, head)
     if problem:
         raise GraphTunerError(f"{path}: not an AutoTVM tuning log ({problem}); left as it is; "
                               f"name a new or existing log file for -o")
     return path
 
 
-def _refuse_compressed(path: Path) -> None:
-    """A :class:`GraphTunerError` if the log at ``path`` is gzip-compressed, or is new or empty
-    but named ``.gz``: records are appended as plain text, whole lines that a killed run leaves
-    readable (and :func:`repair_tail` cuts bytes off), which a gzip stream is not."""
-    plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
-    if plain.exists():  # never suggest overwriting a file
-        plain = path.with_name(f"{plain.stem}.unpacked{plain.suffix or '.log'}")
-    head = b""
-    if path.is_file():
-        try:
-            with open(path, "rb") as f:
-                head = f.read(2)
-        except OSError as e:
-            raise GraphTunerError(f"{path}: cannot read the tuning log ({e.strerror}); choose another -o") from None
+def _refuse_compressed(path: Path, head: bytes) -> None:
+    """A :class:`GraphTunerError` if the log at ``path``, which starts with ``head``, is
+    gzip-compressed, or is new or empty but named ``.gz``: records are appended as plain text,
+    whole lines that a killed run leaves readable (and :func:`repair_tail` cuts bytes off),
+    which a gzip stream is not."""
     if head == GZIP_MAGIC:
-        raise GraphTunerError(f"{path}: a gzip-compressed log, and tune appends records as plain text; left as it "
-                              f"is; unpack it (gunzip -c {shlex.quote(str(path))} > {shlex.quote(str(plain))}) "
+        plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
+        if plain.exists():  # never suggest overwriting a file
+            plain = path.with_name(f"{plain.stem}.unpacked{plain.suffix or '.log'}")
+        raise GraphTunerError(f"{path}: a gzip-compressed log, and tune appends records as plain text; left as "
+                              f"it is; unpack it (gunzip -c {shlex.quote(str(path))} > {shlex.quote(str(plain))}) "
                               f"and name {plain} for -o")
     if not head and path.suffix == ".gz":
         raise GraphTunerError(f"{path}: -o ends in .gz, but tune appends records as plain text; name "

@@ -433,8 +433,9 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     steps_ic = icb if config.unroll_kw else KW * icb
     tiles_per_row = OW // T + (1 if OW % T else 0)
     steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
+    NB = -(-OH // G)  # row blocks in a plane
     item_steps = -(-G // ohb) * steps_per_row_tile
-    last_steps = -(-(OH - (-(-OH // G) - 1) * G) // ohb) * steps_per_row_tile  # the last row block's
+    last_steps = -(-(OH - (NB - 1) * G) // ohb) * steps_per_row_tile  # the last row block's
     slice_floats = ICgB * KH * KW * icb * ocb
     slice_lines = -(-slice_floats * 4 // 64)
     pf = prefetch_per_step(slice_floats * 4, item_steps)
@@ -449,7 +450,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         OCg=OC // workload.groups, padded=padded, copy_pad=copy_pad, compact=compact, Hs=Hs, Ws=Ws,
         origin=0 if copy_pad else -(top * W + left) * icb, lanes=lanes, chunks=vector_chunks(ocb, lanes),
         ohb=ohb, T=T, rows_first=rows_first,
-        G=G, NB=-(-OH // G), steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
+        G=G, NB=NB, steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
         slice_floats=slice_floats, slice_lines=slice_lines, pf_per_step=pf,
         pf_scale=prefetch_scale(slice_lines, item_steps * pf) if pf else 0,
         pf_scale_last=prefetch_scale(slice_lines, last_steps * pf) if pf else 0,
