@@ -314,6 +314,21 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     return steps
 
 
+def prologue_chains(model: Model) -> dict[str, str]:
+    """The chains some plan runs as a conv's input prologue (rule 5 of :func:`plan_steps`),
+    by first op -> the chain's output tensor. A plan whose conv reads that output in another
+    block than the chain reads its input in (a plan transforming it) runs the chain as a step
+    of its own.
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.relu(b.batch_norm(b.input((1, 8, 4, 4)), name="bn"), name="r")
+    >>> prologue_chains(b.build(b.conv(x, 8, 1, name="c")))
+    {'bn': 'r'}
+    """
+    return {g.prologue.ops[0]: g.prologue.output for g in plan_steps(model) if g.prologue is not None}
+
+
 def affine_chain(model: Model, s: Step) -> str | tuple | None:
     """``s``'s final activation (:func:`activation_of`'s; "" for none) if ``s`` is bn / bias
     adds then at most one activation that an epilogue may run, else None."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.fusion import UNARY_ELEMENTWISE, residual_convs
+from graph_tuner.fusion import UNARY_ELEMENTWISE, prologue_chains, residual_convs
 from graph_tuner.model import Model, Op
 from graph_tuner.record_checks import layout_block
 from kernels.workload import Conv2DWorkload
@@ -99,6 +99,9 @@ class LayoutFlow:
     source: dict[str, str] = field(default_factory=dict)  # every op -> the decision setting its output's layout
     workloads: dict[str, Conv2DWorkload] = field(default_factory=dict)  # conv -> its workload
     model: str = ""  # the model's name
+    # Chains a conv may run as its input prologue (fusion.prologue_chains): first op -> output
+    # tensor; such a chain is a step of its own only in a plan that transforms its output.
+    prologues: dict[str, str] = field(default_factory=dict)
 
 
 def layout_name(block: int) -> str:
@@ -178,4 +181,4 @@ def analyse(model: Model) -> LayoutFlow:
         raise GraphTunerError(f"model '{model.name}' has no conv2d layers: nothing to tune")
     residual = {add: cs for add, cs in residual_convs(model).items() if add in decisions}
     return LayoutFlow(decisions, tensors, convs, residual, source, {op.name: model.workload(op) for op in convs},
-                      model.name)
+                      model.name, prologue_chains(model))

@@ -262,7 +262,10 @@ def plan_from_choice(flow: LayoutFlow, convs: Mapping[str, Any], joins: Mapping[
     meta = {"target": "llvm", "solver": "fixed", "optimal": False, "bound_ms": None, "solve_seconds": 0.0,
             "records": [lc.candidate.record for lc in layers]} | meta
     blocks = {op: out_block(d) for op, d in flow.source.items()}
-    steps = [StepChoice(name, blocks[name], ms[blocks[name]]) for name, ms in (step_ms or {}).items()]
+    # A chain a conv may run as its prologue runs alone where its output is transformed.
+    transformed = {t.tensor for t in transforms}
+    steps = [StepChoice(name, blocks[name], ms[blocks[name]]) for name, ms in (step_ms or {}).items()
+             if name not in flow.prologues or flow.prologues[name] in transformed]
     return Plan(model=flow.model, layers=layers, transforms=transforms, joins=dict(joins), blocks=blocks,
                 steps=steps, **meta)
 

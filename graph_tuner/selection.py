@@ -94,9 +94,13 @@ def required_step_blocks(flow: LayoutFlow, candidates: dict[str, list], blocks: 
 
 def _step_costs(flow: LayoutFlow, choices: dict[str, list], step_ms: Mapping[str, Mapping[int, float]]
                 ) -> dict[str, list[float]]:
-    """Per decision, per choice: the ms of the non-conv steps running in the block it produces."""
+    """Per decision, per choice: the ms of the non-conv steps running in the block it produces
+    (but a conv's possible prologue, which runs only where its output is transformed: see
+    :func:`_transform_table`)."""
     extra: dict[str, list[float]] = {}
     for name, by_block in step_ms.items():
+        if name in flow.prologues:
+            continue
         d = flow.source[name]
         outs = _out_blocks(d, choices)
         row = extra.setdefault(d, [0.0] * len(outs))
@@ -158,7 +162,8 @@ def build_problem(
     :func:`required_transforms`. ``blocks`` are the block sizes joins may choose from
     (default: every block some candidate uses, plus 1). ``step_ms`` costs the steps that
     are not convs, by first op and block (:func:`required_step_blocks`): each adds to the
-    choices of the decision whose output block it runs in.
+    choices of the decision whose output block it runs in, but a chain a conv may run as its
+    prologue, which adds to the transforms of its output (a plan that transforms it runs it).
     """
     if blocks is None:
         blocks = sorted({1} | {b for cs in candidates.values() for c in cs for b in (c.in_block, c.out_block)})
@@ -191,8 +196,9 @@ def build_problem(
         p.add_edge(node[add], node[conv], matrix)
 
     used: dict[TransformKey, float] = {}
+    chain_ms = {out: (step_ms or {}).get(name) for name, out in flow.prologues.items()}
     for t in flow.tensors:
-        table = _transform_table(t, blocks, transform_seconds, flow, choices)
+        table = _transform_table(t, blocks, transform_seconds, flow, choices, chain_ms.get(t.name))
         for key_a, key_b, ms in table[1]:
             used[(t.shape, key_a, key_b)] = ms
         src_class = [cls[b] for b in _out_blocks(t.source, choices)]
@@ -210,8 +216,11 @@ def build_problem(
     )
 
 
-def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices):
-    """Class-by-class transform cost table (ms) for tensor ``t``; inf where never needed."""
+def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices, chain_ms=None):
+    """Class-by-class transform cost table (ms) for tensor ``t``; inf where never needed.
+    ``chain_ms`` (block -> ms): ``t`` is the output of a chain a conv may run as its prologue,
+    which runs as its own step, in the source's block, wherever ``t`` is transformed. The
+    entries (the transforms' own costs) leave it out."""
     n = len(blocks)
     table = [[math.inf] * n for _ in range(n)]
     entries = []
@@ -232,6 +241,11 @@ def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices):
                 )
             table[i][j] = transform_seconds[key] * 1e3
             entries.append((a, b, table[i][j]))
+            if chain_ms is not None:
+                if a not in chain_ms:
+                    raise GraphTunerError(f"no cost for the chain writing '{t.name}' in {layout_name(a)}; "
+                                          "measure the model's other ops")
+                table[i][j] += chain_ms[a]
     return table, entries
 
 

@@ -93,13 +93,16 @@ def test_the_program_runs_exactly_the_plans_transforms(model, data):
     # The objective is the plan's kernels, transforms and other steps, nothing else; each
     # other step is costed in the block the plan has it write.
     assert math.isclose(sp.problem.evaluate(sol.choice), plan.cost, rel_tol=1e-9)
-    assert sorted(c.name for c in plan.steps) == sorted(wanted)
+    assert {c.name for c in plan.steps} <= set(wanted)  # a possible prologue only where it runs alone
     assert all(c.time_ms == step_ms[c.name][plan.blocks[c.name]] for c in plan.steps)
     assert math.isclose(plan.transform_ms, sum(costs[t.key] for t in plan.transforms) * 1e3, rel_tol=1e-9)
     # The program runs exactly those transforms, one per (tensor, block), and computes the model.
     prog = compile_model(model, plan)
     ran = sorted(s.name for s in prog.steps if s.category == "transform")
     assert ran == sorted(f"{t.tensor} {t.src_layout}->{t.dst_layout}" for t in plan.transforms)
+    # ... and exactly the other steps the plan costs: each step it runs has its prediction.
+    assert sorted(s.name for s in prog.steps if s.category == "other") == sorted(c.name for c in plan.steps)
+    assert all(s.predicted_ms is not None for s in prog.steps)
     x = np.random.default_rng(0).standard_normal(model.op(model.inputs[0]).shape, dtype=np.float32)
     for got, want in zip(prog.run(x), run_reference(model, model.params(), x)):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
@@ -123,6 +126,40 @@ def test_a_costly_pool_layout_moves_the_conv():
         sp = build_problem(flow, {"c": [fast16, plain]}, costs, (1, 16), step_ms)
         convs, joins = choice_of(sp, solve(sp.problem, method="dp").choice)
         assert convs["c"] is pick
+
+
+def test_a_prologue_run_alone_is_in_the_objective():
+    """concat -> bn -> relu -> 1x1 conv (DenseNet's layer): the chain is the 1x1 conv's input
+    prologue where the conv reads the block the chain reads, and a step of its own (plus the
+    transform) where it does not. The 1x1 conv's NCHW16c-input candidate is faster; it wins
+    only while the chain alone costs less than the difference, and the plan costs and runs
+    the chain only then."""
+    b = GraphBuilder("t")
+    x = b.input((1, 8, 8, 8))
+    cat = b.concat([b.conv(x, 8, 3, padding=1, name="c0"), b.conv(x, 8, 3, padding=1, name="c1")], name="cat")
+    y = b.conv(b.relu(b.batch_norm(cat, name="bn"), name="r"), 16, 1, name="c2")
+    m = b.build(b.flatten(b.global_avg_pool(y)))
+    flow = analyse(m)
+    assert flow.prologues == {"bn": "r"}
+    blocks = (1, 8, 16)
+    cands = {c: [Candidate(None, 1, 8, 1e-5, Conv2DConfig(1, 8, 2), True)] for c in ("c0", "c1")}
+    cands["c2"] = [Candidate(None, 8, 16, 1.2e-5, Conv2DConfig(8, 16, 2), True),
+                   Candidate(None, 16, 16, 1.0e-5, Conv2DConfig(16, 16, 2), True)]
+    costs = {key: 1e-6 for key in required_transforms(flow, cands, blocks)}
+    steps = [s.ops[0] for s in costed_steps(m)]
+    assert "bn" in steps
+    wanted = required_step_blocks(flow, cands, blocks, steps)
+    for chain_ms, in_block in ((0.0005, 16), (0.005, 8)):
+        step_ms = {name: {b: (chain_ms if name == "bn" else 0.001) for b in bs} for name, bs in wanted.items()}
+        sp = build_problem(flow, cands, costs, blocks, step_ms)
+        sol = solve(sp.problem, method="dp")
+        convs, joins = choice_of(sp, sol.choice)
+        assert convs["c2"].in_block == in_block and joins["cat"] == 8
+        plan = plan_from_choice(flow, convs, joins, sp.transform_ms, step_ms)
+        assert ("bn" in [c.name for c in plan.steps]) == (in_block == 16)
+        assert math.isclose(sp.problem.evaluate(sol.choice), plan.cost, rel_tol=1e-9)
+        prog = compile_model(m, plan)
+        assert sorted(s.name for s in prog.steps if s.category == "other") == sorted(c.name for c in plan.steps)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -59,17 +59,24 @@ def test_a_folder_of_logs_gives_this_cpus(tmp_path):
     assert shipped.folder_log(tmp_path, "g") == tmp_path / host / "g.log.gz"
 
 
-@pytest.mark.parametrize("model", ["resnet-18", "resnet-50", "mobilenet-v2", "inception-v3", "densenet-121"])
-def test_the_zen4_bench_logs_time_every_step_and_carry_their_models_ratios(model, monkeypatch):
+@pytest.mark.parametrize("cpu, model", [("znver4", m) for m in ("resnet-18", "resnet-50", "mobilenet-v2",
+                                                                  "inception-v3", "densenet-121")]
+                         + [("rocketlake", "densenet-121")])
+def test_the_bench_logs_time_every_step_and_carry_their_models_ratios(cpu, model, monkeypatch):
     # One log, one plan: a solve from these logs takes every other step's timing from the log
-    # (graph_tuner_step records), so no step's timing noise can move a near-tie.
+    # (graph_tuner_step records), so no step's timing noise can move a near-tie. Logs tuned
+    # before session 26 lack the chains a conv may run as its input prologue (DenseNet's
+    # bn -> relu), which only since then cost what they take where a plan runs them alone;
+    # a log tuned or resumed since (rocketlake's DenseNet-121) has every step.
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import step_timing
 
-    log = next(p for p in (shipped.DATA_DIR / "znver4").iterdir() if p.name.split(".log")[0] == model)
-    monkeypatch.setattr(step_timing, "_time_step", lambda *a: pytest.fail("a step the log lacks was timed"))
+    log = next(p for p in (shipped.DATA_DIR / cpu).iterdir() if p.name.split(".log")[0] == model)
     gt = GraphTuner(model, log)
-    assert gt.benchmark_steps() > 0 and not gt.timed_steps
+    lacking = set(gt.flow.prologues) if cpu == "znver4" else set()
+    timed = []
+    monkeypatch.setattr(step_timing, "_time_step", lambda m, s, *a: timed.append(s.ops[0]) or 0.01)
+    assert gt.benchmark_steps() > 0 and set(timed) <= lacking
     # ... and costs the plan at what the network paid: every in-network ratio is this model's
     # (its digest), none left unmatched.
     assert gt.log.network and {r.identity for r in gt.log.network} == {gt.model.digest}

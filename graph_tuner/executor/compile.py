@@ -83,14 +83,31 @@ def _written(s: Step) -> list[str]:
     return [s.output] + ([s.affine.output] if s.affine else [])
 
 
-def _views(model: Model, steps: list[Step], key, reads: _Reads, shapes: dict) -> Views:
+def own_views(model: Model) -> set[str]:
+    """The concats and reshapes that are views (:func:`_views`) with every tensor in its own
+    buffer, as no transform gives a concat's input a copy of its own: the only concats a
+    program makes views. (A plan's transforms could make more, a copy of a model input, say,
+    written into its slice; but a plan's costs, :mod:`.step_timing`, cannot depend on them.)
+
+    >>> from graph_tuner.builder import GraphBuilder
+    >>> b = GraphBuilder("t")
+    >>> x = b.input((1, 4, 4, 4))
+    >>> y = b.relu(x, name="y")
+    >>> sorted(own_views(b.build(b.concat([y, b.relu(y, name="z")], name="yz"), b.concat([x, y], name="xy"))))
+    ['yz']
+    """
+    shapes = {op.name: tuple(op.shape) for op in model.ops}
+    return _views(model, plan_steps(model), lambda t, b: t, lambda reader, t: 1, shapes).done
+
+
+def _views(model: Model, steps: list[Step], key, reads: _Reads, shapes: dict, concats: set[str] | None = None) -> Views:
     """Concats written in place and reshapes as views (:mod:`.memory`): a channel concat at
-    batch 1 whose inputs can all be written into their slices, and flatten/reshape of a plain
-    tensor."""
+    batch 1 whose inputs can all be written into their slices (and in ``concats``, if given),
+    and flatten/reshape of a plain tensor."""
     ops = []
     for s in steps:
         head = model.op(s.ops[0])
-        if s.fused or len(s.ops) != 1:
+        if s.fused or len(s.ops) != 1 or concats is not None and head.kind == "concat" and s.output not in concats:
             continue
         if head.kind == "concat" and _is_4d(head.shape) and head.shape[0] == 1 and head.attrs["axis"] in (1, -3):
             ops.append(("concat", s.output, [key(i, reads(head.name, i)) for i in head.inputs]))
@@ -151,7 +168,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     run_by += [None] * (len(actions) - len(run_by))
     shapes = {w: _shape(model.op(w if isinstance(w, str) else w[0]).shape,
                         blocks[w] if isinstance(w, str) else w[1]) for ws, _ in actions for w in ws}
-    views = _views(model, steps, key, reads, shapes)
+    views = _views(model, steps, key, reads, shapes, own_views(model))
     arrays, owned = allocate(actions, shapes, kept, views.place)
 
     def data_key(s: Step):

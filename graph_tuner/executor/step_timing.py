@@ -7,7 +7,7 @@ softmax) runs too, and in the layout its source decision picks
 conv's output block. Each such step is timed here, with the very callable the executor
 would run (:func:`graph_tuner.executor.compile._other_fn`) on random buffers, once per
 block asked for; identical steps (same ops, attributes and shapes) are timed once per
-process. Concats at batch 1 and reshapes are views (:mod:`.memory`): they cost nothing.
+process. Reshapes and most concats at batch 1 are views (:func:`.compile.own_views`): they cost nothing.
 
 >>> from graph_tuner.builder import GraphBuilder
 >>> b = GraphBuilder("t")
@@ -32,18 +32,16 @@ _memo: dict[tuple, float] = {}  # step signature -> ms, for this process
 COLD_MIN_BYTES = 64 << 10  # parameters from this size up are timed cold (_time_step)
 
 
-def is_view(model: Model, s: Step) -> bool:
-    """A step the executor can run as a view of its input's memory (no kernel)."""
-    head = model.op(s.ops[0])
-    if head.kind in ("flatten", "reshape"):
-        return True
-    return (head.kind == "concat" and len(head.shape) == 4 and head.shape[0] == 1
-            and head.attrs.get("axis") in (1, -3))
-
-
 def costed_steps(model: Model) -> list[Step]:
-    """The steps that run a kernel of their own and are not convs (named by their first op)."""
-    return [s for s in plan_steps(model) if s.kind != "conv" and not s.fused and not is_view(model, s)]
+    """The steps that run a kernel of their own and are not convs (named by their first op):
+    not a view (:func:`graph_tuner.executor.compile.own_views`), with the chains a conv may
+    run as its prologue, which a plan runs alone where it transforms their output."""
+    from graph_tuner.executor.compile import own_views
+
+    steps = plan_steps(model)
+    prologues = {id(g.prologue) for g in steps if g.prologue is not None}
+    views = own_views(model)
+    return [s for s in steps if s.kind != "conv" and (not s.fused or id(s) in prologues) and s.output not in views]
 
 
 def _signature(model: Model, s: Step, block: int) -> tuple:
