@@ -475,11 +475,16 @@ def retime_workloads(
     prepare_log(path)
     records = [r for r in read_records(path, skip_bad_lines=True).records
                if r.target == target]
+    # Each workload's finalists among its own records: a Winograd-eligible layer's candidates
+    # include its GEMM's, which are the GEMM's (a workload of its own here), timed as the GEMM.
+    own: dict[Conv2DWorkload, list] = {}
+    for r in records:
+        own.setdefault(match_key(r.workload), []).append(r)
     for w, _ in workloads:
-        if not any(match_key(r.workload) == match_key(w) for r in records):
+        if match_key(w) not in own:
             raise GraphTunerError(f"{path}: no {target} record of {describe(w)}; tune it first "
                                   f"(`graph-tuner tune` without --retime)")
-    finalists = layer_candidates([w for w, _ in workloads], records, k=confirm, target=target)
+    finalists = [layer_candidates([w], own[match_key(w)], k=confirm, target=target)[0] for w, _ in workloads]
     timings = []
     bar = tqdm(total=sum(len(c) for c in finalists) * CONFIRM_ROUNDS, desc="re-timing finalists",
                unit="timing", disable=not progress)

@@ -409,6 +409,34 @@ def test_retime_replaces_the_finalists_records_and_keeps_everything_else(tmp_pat
         assert now[(c.in_block, c.out_block)] == (c.record.config_index, pytest.approx(3 * c.time))
 
 
+def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
+    """A Winograd-eligible layer's candidates include its GEMM's records; --retime times those
+    as the GEMM (a workload of its own in the list), never as a direct conv of the layer:
+    Inception-v3's shipped log stopped --retime with an internal error, a GEMM config's
+    tile_ow (18) not in the 71-wide layer's space."""
+    from graph_tuner.winograd import candidate_gemm
+
+    layer = Conv2DWorkload((1, 80, 73, 73), (192, 80, 3, 3))  # Inception-v3's
+    gemm = candidate_gemm(layer)
+
+    def timer(w, c):  # the GEMM's configs 10x faster: the layer's fastest candidates
+        return fake(w, c) / (10 if w == gemm else 1)
+
+    log = tmp_path / "t.log"
+    tune_workloads([(layer, 1), (gemm, 1)], log, trials=24, measure=timer, progress=False, transforms=False)
+    before = read_records(log).records
+    entities = {w: {json.dumps(r.entity, sort_keys=True) for r in before if r.workload == w} for w in (layer, gemm)}
+    # tile_ow 18 (the GEMM's whole width) is not in the layer's space
+    assert any(entity_config(r.entity).ow_bn == 18 for r in before if r.workload == gemm)
+    retime_workloads([(layer, 1), (gemm, 1)], log, measure=lambda w, c: 2 * timer(w, c), confirm=4, progress=False)
+    after = read_records(log).records
+    # No config of one workload recorded under the other; both re-timed at the new speed.
+    assert {w: {json.dumps(r.entity, sort_keys=True) for r in after if r.workload == w} for w in (layer, gemm)} == entities
+    for w in (layer, gemm):
+        new = [r for r in after if r.workload == w and r not in before]
+        assert new and all(r.time == pytest.approx(2 * timer(w, entity_config(r.entity))) for r in new)
+
+
 def test_retime_needs_records_of_every_workload(tmp_path):
     log = tmp_path / "t.log"
     tune_workloads([(W1, 1)], log, trials=3, measure=fake, progress=False, transforms=False)
