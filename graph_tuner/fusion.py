@@ -318,7 +318,9 @@ def prologue_chains(model: Model) -> dict[str, str]:
     """The chains some plan runs as a conv's input prologue (rule 5 of :func:`plan_steps`),
     by first op -> the chain's output tensor. A plan whose conv reads that output in another
     block than the chain reads its input in (a plan transforming it) runs the chain as a step
-    of its own.
+    of its own. Taken where every layout agrees: a chain rules 2 and 4 gave another role in
+    some plan (an affine second output of a conv that absorbs an add in one layout and not in
+    another) would still be costed as a prologue; no model we ship has one.
 
     >>> from graph_tuner.builder import GraphBuilder
     >>> b = GraphBuilder("t")

@@ -16,7 +16,9 @@ One solver node per decision (see :mod:`graph_tuner.layout_flow`):
 One *shared conversion* per 4-d tensor: its source's choice produces a block; each
 consumer's choice requires a block; each distinct required block other than the
 produced one costs one layout transform on that tensor's real shape, however many
-consumers share it. Costs are in milliseconds.
+consumers share it; the output of a chain a conv may run as its input prologue adds the
+chain's own time to its transforms (a plan transforming it runs the chain alone). Costs are in
+milliseconds.
 """
 from __future__ import annotations
 
@@ -196,7 +198,11 @@ def build_problem(
         p.add_edge(node[add], node[conv], matrix)
 
     used: dict[TransformKey, float] = {}
-    chain_ms = {out: (step_ms or {}).get(name) for name, out in flow.prologues.items()}
+    chain_ms = {}  # a possible prologue's output tensor -> the chain's ms by block (steps costed)
+    for name, out in flow.prologues.items() if step_ms is not None else ():
+        if name not in step_ms:
+            raise GraphTunerError(f"no cost for step '{name}'; measure the model's other ops")
+        chain_ms[out] = step_ms[name]
     for t in flow.tensors:
         table = _transform_table(t, blocks, transform_seconds, flow, choices, chain_ms.get(t.name))
         for key_a, key_b, ms in table[1]:
@@ -219,8 +225,11 @@ def build_problem(
 def _transform_table(t: TensorFlow, blocks, transform_seconds, flow, choices, chain_ms=None):
     """Class-by-class transform cost table (ms) for tensor ``t``; inf where never needed.
     ``chain_ms`` (block -> ms): ``t`` is the output of a chain a conv may run as its prologue,
-    which runs as its own step, in the source's block, wherever ``t`` is transformed. The
-    entries (the transforms' own costs) leave it out."""
+    which runs as its own step, in the source's block, wherever ``t`` is transformed (its one
+    reader, the conv, then reads another block). The entries (the transforms' own costs)
+    leave it out. The conv's own time stays the one taken with the prologue fused (a little
+    more than it then runs), as its records were timed."""
+    assert chain_ms is None or len(t.requirements) == 1, t
     n = len(blocks)
     table = [[math.inf] * n for _ in range(n)]
     entries = []

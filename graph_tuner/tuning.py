@@ -454,7 +454,8 @@ def retime_workloads(
 
     The finalists are the configs ``solve`` would weigh: the fastest config of each of the
     ``confirm`` fastest layout pairs (:func:`graph_tuner.candidates.layer_candidates`, this
-    host's records only). They are timed in interleaved rounds
+    host's records only), among each workload's own records (a Winograd-eligible layer's
+    direct configs apart from its GEMM's, which are the GEMM's finalists, so a few more). They are timed in interleaved rounds
     (:func:`kernels.tuner.retime`), and all their old records are replaced by the new
     timings, so the log then says what they cost with today's kernels on today's host.
     Why: a log keeps the times of the kernels and the load it was tuned with; ResNet-50's

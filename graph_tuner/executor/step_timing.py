@@ -2,7 +2,8 @@
 
 The objective counts conv kernels and layout transforms; the rest of the network
 (pooling, elementwise chains a conv epilogue cannot absorb, the classifier's dense,
-softmax) runs too, and in the layout its source decision picks
+softmax, a concat that cannot be written in place; a chain a conv may run as its input
+prologue, where a plan transforms its output) runs too, and in the layout its source decision picks
 (:attr:`graph_tuner.layout_flow.LayoutFlow.source`): a max pool after a conv runs in that
 conv's output block. Each such step is timed here, with the very callable the executor
 would run (:func:`graph_tuner.executor.compile._other_fn`) on random buffers, once per
@@ -25,7 +26,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from graph_tuner.fusion import Step, plan_steps
+from graph_tuner.fusion import Step, plan_steps, prologue_chains
 from graph_tuner.model import Model, short_digest
 
 _memo: dict[tuple, float] = {}  # step signature -> ms, for this process
@@ -38,10 +39,9 @@ def costed_steps(model: Model) -> list[Step]:
     run as its prologue, which a plan runs alone where it transforms their output."""
     from graph_tuner.executor.compile import own_views
 
-    steps = plan_steps(model)
-    prologues = {id(g.prologue) for g in steps if g.prologue is not None}
-    views = own_views(model)
-    return [s for s in steps if s.kind != "conv" and (not s.fused or id(s) in prologues) and s.output not in views]
+    chains, views = prologue_chains(model), own_views(model)
+    return [s for s in plan_steps(model) if s.kind != "conv" and (not s.fused or s.ops[0] in chains)
+            and s.output not in views]
 
 
 def _signature(model: Model, s: Step, block: int) -> tuple:
