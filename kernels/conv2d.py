@@ -221,15 +221,21 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
 def subsample_copy_ir(name: str, workload: Conv2DWorkload, block: int, scratch_arg: int) -> str:
     """``void @name(ptr args, i64 row)``: copy the pixels of one output row of a strided 1x1
     conv (:func:`compact_input`) from the ``NCHW[block]c`` input into the compact scratch
-    (shape ``[n, c // block, out_h, out_w, block]``). Items are ``n * c // block * out_h`` rows."""
+    (shape ``[n, c // block, out_h, out_w, block]``). Items are ``n * c // block * out_h`` rows,
+    rows first (every channel block of a row, then the next row), so each thread's band is
+    rows, which a rows-first producer (:func:`takes_rows_first`) left in its own core's cache:
+    ResNeXt-50's 256-channel 56x56 one ran 1.055x (1.016-1.081) the time with items channel
+    blocks first (in the network, 16 rounds; the other strided ones, and ResNet-50's, within
+    1-2%)."""
     N, IC, H, W = workload.data_shape
     OH, OW = workload.out_height, workload.out_width
     sh, sw = workload.strides
     f = IRFunction(f"define internal void @{name}(ptr %args, i64 %item) nounwind")
     src, dst = arg_ptr(f, 0), arg_ptr(f, scratch_arg)
-    plane, row = f.op(f"udiv i64 %item, {OH}"), f.op(f"urem i64 %item, {OH}")
+    planes = N * IC // block
+    row, plane = f.op(f"udiv i64 %item, {planes}"), f.op(f"urem i64 %item, {planes}")
     s0 = f.gep(src, f.affine((plane, H * W * block), (row, sh * W * block)))
-    d0 = f.gep(dst, f.mul("%item", OW * block))
+    d0 = f.gep(dst, f.affine((plane, OH * OW * block), (row, OW * block)))
     with f.loop(OW) as x:
         d, s_ = f.gep(d0, f.mul(x, block)), f.gep(s0, f.mul(x, sw * block))
         f.emit(f"call void @llvm.memcpy.p0.p0.i64(ptr align 4 {d}, ptr align 4 {s_}, i64 {block * 4}, i1 false)")
