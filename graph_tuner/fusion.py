@@ -314,13 +314,14 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     return steps
 
 
-def prologue_chains(model: Model) -> dict[str, str]:
+def prologue_chains(model: Model, steps: list[Step] | None = None) -> dict[str, str]:
     """The chains some plan runs as a conv's input prologue (rule 5 of :func:`plan_steps`),
     by first op -> the chain's output tensor. A plan whose conv reads that output in another
     block than the chain reads its input in (a plan transforming it) runs the chain as a step
     of its own. Taken where every layout agrees: a chain rules 2 and 4 gave another role in
     some plan (an affine second output of a conv that absorbs an add in one layout and not in
-    another) would still be costed as a prologue; no model we ship has one.
+    another) would still be costed as a prologue; no model we ship has one. ``steps``: the
+    model's :func:`plan_steps` where every layout agrees, if already made.
 
     >>> from graph_tuner.builder import GraphBuilder
     >>> b = GraphBuilder("t")
@@ -328,7 +329,8 @@ def prologue_chains(model: Model) -> dict[str, str]:
     >>> prologue_chains(b.build(b.conv(x, 8, 1, name="c")))
     {'bn': 'r'}
     """
-    return {g.prologue.ops[0]: g.prologue.output for g in plan_steps(model) if g.prologue is not None}
+    steps = plan_steps(model) if steps is None else steps
+    return {g.prologue.ops[0]: g.prologue.output for g in steps if g.prologue is not None}
 
 
 def affine_chain(model: Model, s: Step) -> str | tuple | None:

@@ -83,11 +83,12 @@ def _written(s: Step) -> list[str]:
     return [s.output] + ([s.affine.output] if s.affine else [])
 
 
-def own_views(model: Model) -> set[str]:
+def own_views(model: Model, steps: list[Step] | None = None) -> set[str]:
     """The concats and reshapes that are views (:func:`_views`) with every tensor in its own
     buffer, as no transform gives a concat's input a copy of its own: the only concats a
     program makes views. (A plan's transforms could make more, a copy of a model input, say,
     written into its slice; but a plan's costs, :mod:`.step_timing`, cannot depend on them.)
+    ``steps``: the model's :func:`plan_steps` where every layout agrees, if already made.
 
     >>> from graph_tuner.builder import GraphBuilder
     >>> b = GraphBuilder("t")
@@ -97,7 +98,8 @@ def own_views(model: Model) -> set[str]:
     ['yz']
     """
     shapes = {op.name: tuple(op.shape) for op in model.ops}
-    return _views(model, plan_steps(model), lambda t, b: t, lambda reader, t: 1, shapes).done
+    steps = plan_steps(model) if steps is None else steps
+    return _views(model, steps, lambda t, b: t, lambda reader, t: 1, shapes).done
 
 
 def _views(model: Model, steps: list[Step], key, reads: _Reads, shapes: dict, concats: set[str] | None = None) -> Views:

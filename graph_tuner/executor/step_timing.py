@@ -39,9 +39,9 @@ def costed_steps(model: Model) -> list[Step]:
     run as its prologue, which a plan runs alone where it transforms their output."""
     from graph_tuner.executor.compile import own_views
 
-    chains, views = prologue_chains(model), own_views(model)
-    return [s for s in plan_steps(model) if s.kind != "conv" and (not s.fused or s.ops[0] in chains)
-            and s.output not in views]
+    steps = plan_steps(model)  # made once: every rule below reads the same steps
+    chains, views = prologue_chains(model, steps), own_views(model, steps)
+    return [s for s in steps if s.kind != "conv" and (not s.fused or s.ops[0] in chains) and s.output not in views]
 
 
 def _signature(model: Model, s: Step, block: int) -> tuple:
