@@ -358,6 +358,42 @@ def test_prologue_convs_match_reference(block):
         assert next(s for s in prog.steps if s.name == "squeeze1").ops[:2] == ["bn1", "pre1"]
 
 
+def _squeeze_excite(batch: int = 1, gate_first: bool = False):
+    """EfficientNet's block end: depthwise conv, SiLU, squeeze-excite (pool, two 1x1 convs,
+    sigmoid), the scale, then the 1x1 projection; and a second scale read by a 3x3 conv."""
+    b = GraphBuilder("se")
+    x = b.input((batch, 16, 8, 8))
+    y = b.silu(b.conv(x, 16, 3, padding=1, groups=16, name="dw"), name="dw_silu")
+    fc1 = b.silu(b.conv(b.global_avg_pool(y, name="pool"), 4, 1, bias=True, name="fc1"))
+    gate = b.sigmoid(b.conv(fc1, 16, 1, bias=True, name="fc2"), name="gate")
+    scaled = b.multiply(gate, y, name="scale") if gate_first else b.multiply(y, gate, name="scale")
+    z = b.conv(scaled, 8, 1, name="project")
+    w = b.conv(b.multiply(y, gate, name="scale2"), 8, 3, padding=1, name="three_by_three")
+    return b.build(b.flatten(b.global_avg_pool(b.concat([z, w], name="cat"))))
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_a_squeeze_excite_scale_is_the_projections_prologue(gate_first):
+    m = _squeeze_excite(gate_first=gate_first)
+    steps = {s.ops[0]: s for s in plan_steps(m)}
+    assert steps["scale"].fused and steps["project"].prologue is steps["scale"]
+    assert steps["project"].inputs == ["dw_silu", "gate"]  # reads the depthwise output, and the gate
+    assert conv_epilogues(m)["project"] == {**conv_epilogues(m)["project"], "prologue": True,
+                                            "prologue_activation": None}
+    assert not steps["scale2"].fused and steps["three_by_three"].prologue is None  # padding: no prologue
+    for block in (1, 4, 8, 16):
+        prog = _check(m, uniform_plan(m, block), names=["project", "three_by_three"])
+        names = {s.name for s in prog.steps}
+        assert "scale" not in names and "scale2" in names
+
+
+def test_no_squeeze_excite_prologue_for_a_batch():
+    """At batch 2 each image has its own gate; the prologue's scale is one per channel."""
+    m = _squeeze_excite(batch=2)
+    assert not {s.ops[0]: s for s in plan_steps(m)}["scale"].fused
+    _check(m, uniform_plan(m, 8), names=["project"])
+
+
 def test_no_prologue_when_the_conv_reads_another_layout():
     m = _dense_block()
     configs = {op.name: Conv2DConfig(8, 8, 4, True) for op in m.convs()}

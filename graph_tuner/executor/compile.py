@@ -33,7 +33,8 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import ops as blocked
 from graph_tuner.executor.fold import fold_affine, fold_into_conv, op_affine
 from graph_tuner.executor.memory import Views, WeightArena, allocate, plan_views
-from graph_tuner.fusion import BINARY_ELEMENTWISE, Step, activation_of, plan_steps, step_epilogue
+from graph_tuner.fusion import (BINARY_ELEMENTWISE, Step, activation_of, channel_gate, plan_steps, prologue_data,
+                                step_epilogue)
 from graph_tuner.executor.program import Program, ProgramStep
 from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
 from graph_tuner.model import Model
@@ -233,8 +234,22 @@ def _data_source(model: Model, s: Step) -> tuple[str, str]:
     """``(reader, tensor)``: what a conv step reads as its data. With a prologue the conv reads
     what its chain would have (in the block it checked to agree)."""
     if s.prologue:
-        return s.prologue.ops[0], s.prologue.inputs[0]
+        return s.prologue.ops[0], prologue_data(model, s.prologue)
     return s.ops[0], model.op(s.ops[0]).inputs[0]
+
+
+def _prologue_arrays(model: Model, chain: Step, params, read) -> dict[str, np.ndarray]:
+    """A conv's ``scale_in`` and ``shift_in`` for its prologue ``chain``: the chain folded, or a
+    squeeze-excite scale's gate buffer itself (any block of a ``1 x C x 1 x 1`` tensor holds the
+    channels in order), written earlier in the same run, and zeros."""
+    gate = channel_gate(model, chain)
+    if gate is None:
+        scale, shift, _ = fold_affine(model, chain, params)
+        return dict(scale_in=scale, shift_in=shift)
+    buffer = read(chain.ops[0], gate)
+    channels = model.op(gate).shape[1]
+    assert buffer.flags.c_contiguous and buffer.size == channels, (gate, buffer.shape)  # reshaped, not copied
+    return dict(scale_in=buffer.reshape(-1), shift_in=np.zeros(channels, np.float32))
 
 
 # Off only for side-by-side runs (benchmarks/ab_builds.py --set graph_tuner.executor.compile.FUSE_DW_PROJECT=False).
@@ -364,8 +379,7 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights
         scale, shift, _ = fold_affine(model, s.affine, params)
         arrays.update(scale2=scale, shift2=shift)
     if s.prologue is not None:
-        scale, shift, _ = fold_affine(model, s.prologue, params)
-        arrays.update(scale_in=scale, shift_in=shift)
+        arrays.update(_prologue_arrays(model, s.prologue, params, read))
     winograd = runs_winograd(w, getattr(lc.candidate.record, "workload", None))
     if winograd:
         packed = pack_weight(transform_weight(weight), in_block, out_block)
