@@ -387,6 +387,26 @@ def test_a_squeeze_excite_scale_is_the_projections_prologue(gate_first):
         assert "scale" not in names and "scale2" in names
 
 
+@pytest.mark.parametrize("project_block", [4, 8])
+def test_a_squeeze_excite_scale_runs_alone_where_the_plan_transforms_it(project_block):
+    """The scale computes in block 4 (its inputs transformed there); a projection reading block 4
+    runs it as its prologue, one reading block 8 reads its transformed output. Nothing but the
+    projection reads the gate, and convs after it reuse buffers."""
+    b = GraphBuilder("one_se")
+    x = b.input((1, 16, 8, 8))
+    y = b.silu(b.conv(x, 16, 3, padding=1, name="c0"), name="y")
+    gate = b.sigmoid(b.conv(b.global_avg_pool(y, name="pool"), 16, 1, bias=True, name="fc"), name="gate")
+    z = b.conv(b.multiply(y, gate, name="scale"), 8, 1, name="project")
+    m = b.build(b.flatten(b.global_avg_pool(b.conv(b.relu(z, name="z"), 8, 3, padding=1, name="after"))))
+    configs = {op.name: Conv2DConfig(8, 8, 4) for op in m.convs()}
+    configs["project"] = Conv2DConfig(project_block, 8, 4)
+    plan = plan_from_configs(m, configs, joins={"scale": 4})
+    assert {(t.tensor, t.dst_block) for t in plan.transforms} >= {("y", 4), ("gate", 4)}
+    assert (("scale", 8) in {(t.tensor, t.dst_block) for t in plan.transforms}) == (project_block == 8)
+    prog = _check(m, plan, names=["z", "after"])
+    assert ("scale" in {s.name for s in prog.steps}) == (project_block == 8)
+
+
 def test_no_squeeze_excite_prologue_for_a_batch():
     """At batch 2 each image has its own gate; the prologue's scale is one per channel."""
     m = _squeeze_excite(batch=2)
