@@ -378,8 +378,8 @@ def test_a_squeeze_excite_scale_is_the_projections_prologue(gate_first):
     steps = {s.ops[0]: s for s in plan_steps(m)}
     assert steps["scale"].fused and steps["project"].prologue is steps["scale"]
     assert steps["project"].inputs == ["dw_silu", "gate"]  # reads the depthwise output, and the gate
-    assert conv_epilogues(m)["project"] == {**conv_epilogues(m)["project"], "prologue": True,
-                                            "prologue_activation": None}
+    epilogue = conv_epilogues(m)["project"]  # what the tuner times it with
+    assert epilogue["prologue"] and epilogue["prologue_activation"] is None
     assert not steps["scale2"].fused and steps["three_by_three"].prologue is None  # padding: no prologue
     for block in (1, 4, 8, 16):
         prog = _check(m, uniform_plan(m, block), names=["project", "three_by_three"])
