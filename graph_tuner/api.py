@@ -342,6 +342,7 @@ def apply_records(
     batch: int | None = None,
     measure: bool = True,
     progress: bool = False,
+    tuning=None,
 ) -> Plan:
     """The plan a positional x86 log describes: conv layer i runs record i.
 
@@ -350,6 +351,12 @@ def apply_records(
     cost model, and the transforms follow. Missing transform costs are read from the disk
     cache, else measured (``measure=True``) or estimated. A log whose length or
     workloads do not match the model's conv layers is a :class:`GraphTunerError`.
+
+    The conv records carry what the network pays (``solve`` writes them so); the transforms and
+    the other steps are times taken alone, unless ``tuning`` (the read tuning log the plan was
+    solved from) gives the model's step timings and in-network ratios: then they are costed as
+    ``solve`` costed them, and the plan's cost is its prediction (a plan log holds one record a
+    conv layer and nothing else, as TVM reads it).
     """
     check_environment()
     m = load_model(model, batch=batch)
@@ -385,13 +392,18 @@ def apply_records(
     blocks = sorted(set(blocks) | {cand.simd_lanes()})
     needed = required_transforms(flow, chosen, blocks)
     costs.fill(needed, measure=measure, estimate=not measure, progress=progress)
+    network = InNetworkCosts.from_records(tuning.network, m.name, m.digest) if tuning is not None else InNetworkCosts()
     steps = None
     if measure:  # the other steps, in the blocks this log's layouts can give them
-        from graph_tuner.executor.step_timing import costed_steps, step_ms
+        from graph_tuner.executor.step_timing import costed_steps, step_identities, step_ms
 
-        steps = step_ms(m, required_step_blocks(flow, chosen, blocks, [s.ops[0] for s in costed_steps(m)]))
-    return select(flow, chosen, costs.seconds, blocks, estimated=costs.estimated, step_ms=steps,
-                  target=recs[0].target)
+        ids = step_identities(m)
+        logged = {(r.name, r.block): r.time * 1e3 for r in (tuning.steps if tuning is not None else [])
+                  if r.model == m.name and r.identity == ids.get(r.name)}
+        steps = step_ms(m, required_step_blocks(flow, chosen, blocks, [s.ops[0] for s in costed_steps(m)]),
+                        known=logged)
+    return select(flow, chosen, network.transform_costs(costs.seconds), blocks, estimated=costs.estimated,
+                  step_ms=network.step_costs(steps), target=recs[0].target)
 
 
 def _foreign_cpus(log) -> tuple[str, list[str]]:

@@ -149,6 +149,44 @@ def test_plan_read_back_costs_what_the_solver_planned(tmp_path, monkeypatch):
     assert back.kernel_ms + back.transform_ms == pytest.approx(plan.cost)
 
 
+def test_the_tuning_log_makes_the_read_back_plan_cost_what_solve_planned(tmp_path, monkeypatch):
+    """A tuning log with the other steps' timings and in-network ratios (as `tune` writes them):
+    the plan read back from the plan log with it (what `run --transform-records TUNING.LOG`
+    predicts from) costs every transform and step as `solve` did; without it, they are their
+    times taken alone, below what the network pays."""
+    from graph_tuner.api import GraphTuner, apply_records
+    from graph_tuner.records import make_network_record, read_records
+    from graph_tuner.transform_costs import TransformCosts
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    m = _model()
+    log = _write_log(m, tmp_path / "t.log")
+    gt = GraphTuner(m, log)
+    gt.benchmark_steps()
+    alone = gt.solve()
+    ratios = ([make_network_record(m.name, m.digest, "transform", "", t.key, 2.0, TARGET) for t in alone.transforms]
+              + [make_network_record(m.name, m.digest, "step", c.name, c.block, 3.0, TARGET) for c in alone.steps])
+    with open(log, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in gt.step_records() + ratios))
+    gt = GraphTuner(m, log)
+    gt.benchmark_steps()
+    plan = gt.solve()
+    assert plan.transforms and plan.steps
+    out = tmp_path / "t.opt.log"
+    plan.write_records(out)
+
+    def read_back(tuning=None):
+        costs = TransformCosts()
+        costs.load_records(read_records(log).transforms)
+        return apply_records(m, out, costs, tuning=tuning)
+
+    back = read_back(read_records(log))
+    assert back.cost == pytest.approx(plan.cost, rel=1e-9)
+    assert [(t.key, t.time_ms) for t in back.transforms] == [(t.key, pytest.approx(t.time_ms)) for t in plan.transforms]
+    assert [(c.name, c.time_ms) for c in back.steps] == [(c.name, pytest.approx(c.time_ms)) for c in plan.steps]
+    assert read_back().cost < plan.cost  # at the times taken alone
+
+
 def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):
     """With --transform-records nothing is measured: the cache stays empty."""
     m, onnx_path, log = files

@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="zoo name (see `graph-tuner models`) or an .onnx file")
     p.add_argument("--records", metavar="LOG", required=True, help="graph-tuned log (one record per conv layer)")
     p.add_argument("--transform-records", metavar="F",
-                   help="layout_transform records to cost the joins' transforms with (e.g. the tuning log); "
-                        "those missing are read from this CPU's cache or measured once")
+                   help="the tuning log the plan was solved from: its layout_transform and step timings and "
+                        "in-network ratios cost the transforms and other steps as `solve` did (without it they "
+                        "are times taken alone, from this CPU's cache or measured once)")
     p.add_argument("--repeat", type=positive_int, default=30, metavar="N", help="timed runs (default 30)")
     p.add_argument("--input", metavar="X.npy", help="input array (default: seeded random normal)")
     p.add_argument("--save-output", metavar="Y.npy", help="write the (first) output to Y.npy")
@@ -68,16 +69,17 @@ def run(args: argparse.Namespace) -> int:
     x = load_input(args.input, shape) if args.input else None
     from graph_tuner.api import apply_records
 
-    costs = None
+    costs = tuning = None
     if args.transform_records:
         from graph_tuner.records import read_records
         from graph_tuner.transform_costs import TransformCosts
 
         if not Path(args.transform_records).exists():
             raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
+        tuning = read_records(args.transform_records)
         costs = TransformCosts()
-        costs.load_records(read_records(args.transform_records).transforms)
-    plan = apply_records(model, args.records, costs, batch=model.batch, progress=not args.json)
+        costs.load_records(tuning.transforms)
+    plan = apply_records(model, args.records, costs, batch=model.batch, progress=not args.json, tuning=tuning)
     result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
     if args.save_output:
         import io
