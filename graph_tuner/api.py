@@ -353,10 +353,12 @@ def apply_records(
     workloads do not match the model's conv layers is a :class:`GraphTunerError`.
 
     The conv records carry what the network pays (``solve`` writes them so); the transforms and
-    the other steps are times taken alone, unless ``tuning`` (the read tuning log the plan was
-    solved from) gives the model's step timings and in-network ratios: then they are costed as
-    ``solve`` costed them, and the plan's cost is its prediction (a plan log holds one record a
-    conv layer and nothing else, as TVM reads it).
+    the other steps are times taken alone, unless ``tuning`` (the tuning log the plan was solved
+    from, a path or read) gives the model's transform and step timings and in-network ratios:
+    then they are costed as ``solve`` costed them, and the plan's cost is its prediction (a plan
+    log holds one record a conv layer and nothing else, as TVM reads it). Exactly so for the
+    plan the log's ratios were taken on (``tune``'s); a step or transform of another plan without
+    a ratio of its own takes the median of fewer ratios here than in ``solve``.
     """
     check_environment()
     m = load_model(model, batch=batch)
@@ -386,6 +388,9 @@ def apply_records(
         chosen[op.name] = [cand.Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config)]
     flow = analyse(m)
     costs = transforms or TransformCosts()
+    if tuning is not None:
+        tuning = tuning if hasattr(tuning, "network") else read_records(tuning)
+        costs.load_records(tuning.transforms)
     costs.load_records(log.transforms)
     blocks = sorted({1} | {b for cs in chosen.values() for c in cs for b in (c.in_block, c.out_block)})
     # Joins may also pick the SIMD width's block, as TVM's AlterOpLayout would.

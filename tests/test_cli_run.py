@@ -182,6 +182,7 @@ def test_the_tuning_log_makes_the_read_back_plan_cost_what_solve_planned(tmp_pat
 
     back = read_back(read_records(log))
     assert back.cost == pytest.approx(plan.cost, rel=1e-9)
+    assert apply_records(m, out, tuning=log).cost == pytest.approx(plan.cost, rel=1e-9)  # its transforms too
     assert [(t.key, t.time_ms) for t in back.transforms] == [(t.key, pytest.approx(t.time_ms)) for t in plan.transforms]
     assert [(c.name, c.time_ms) for c in back.steps] == [(c.name, pytest.approx(c.time_ms)) for c in plan.steps]
     assert read_back().cost < plan.cost  # at the times taken alone

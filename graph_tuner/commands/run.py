@@ -69,17 +69,10 @@ def run(args: argparse.Namespace) -> int:
     x = load_input(args.input, shape) if args.input else None
     from graph_tuner.api import apply_records
 
-    costs = tuning = None
-    if args.transform_records:
-        from graph_tuner.records import read_records
-        from graph_tuner.transform_costs import TransformCosts
-
-        if not Path(args.transform_records).exists():
-            raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
-        tuning = read_records(args.transform_records)
-        costs = TransformCosts()
-        costs.load_records(tuning.transforms)
-    plan = apply_records(model, args.records, costs, batch=model.batch, progress=not args.json, tuning=tuning)
+    if args.transform_records and not Path(args.transform_records).exists():
+        raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
+    plan = apply_records(model, args.records, None, batch=model.batch, progress=not args.json,
+                         tuning=args.transform_records)
     result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
     if args.save_output:
         import io
