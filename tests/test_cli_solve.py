@@ -116,6 +116,10 @@ def test_main_job_uses_the_shipped_log(tmp_path):
     lines = (tmp_path / "resnet-18.opt.log").read_text().splitlines()
     assert len(lines) == 21
     assert "optimal (proven)" in p.stdout and "history best" in p.stdout
+    # How to run the plan priced as this solve priced it: with the tuning log it came from.
+    hint = p.stdout.splitlines()[-1].split()
+    assert hint[:6] == ["run", "it:", "graph-tuner", "run", "resnet-18", "--records"] and hint[7] == "--transform-records"
+    assert (tmp_path / hint[6]).exists() and Path(hint[8]).exists()
 
 
 def test_fallback_fills_untuned_layers_with_flagged_records(tmp_path):

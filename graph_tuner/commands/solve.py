@@ -108,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_all(outputs)  # both or neither
     print(plan.report())
     print(f"wrote {len(plan.records)} records to {out}")
+    if gt.kind == "llvm":  # with the tuning log, `run` prices the transforms and steps as this solve did
+        batch = f" --batch {args.batch}" if args.batch else ""
+        print(f"run it: graph-tuner run {args.model} --records {out} --transform-records {records}{batch}")
     return 0
 
 
