@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -110,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {len(plan.records)} records to {out}")
     if gt.kind == "llvm":  # with the tuning log, `run` prices the transforms and steps as this solve did
         batch = f" --batch {args.batch}" if args.batch else ""
-        print(f"run it: graph-tuner run {args.model} --records {out} --transform-records {records}{batch}")
+        q = shlex.quote
+        print(f"run it: graph-tuner run {q(args.model)} --records {q(str(out))} --transform-records "
+              f"{q(str(records))}{batch}")
     return 0
 
 
