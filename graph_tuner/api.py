@@ -127,7 +127,7 @@ class GraphTuner:
         (:mod:`graph_tuner.executor.step_timing`), but for those the log has timings of
         (``fresh``: all, none taken from the log or this process's earlier timings). Returns
         how many (step, block) costs."""
-        from graph_tuner.executor.step_timing import costed_steps, forget_timings, step_identities, step_ms
+        from graph_tuner.executor.step_timing import costed_steps, forget_timings, logged_step_ms, step_ms
 
         if self.kind != "llvm":
             return 0
@@ -138,9 +138,7 @@ class GraphTuner:
         # lacked (2 of 5 fresh logs, session 20). A later record of a step replaces an earlier.
         if fresh:
             forget_timings()
-        ids = step_identities(self.model)
-        logged = {} if fresh else {(r.name, r.block): r.time * 1e3 for r in self.log.steps
-                                   if r.model == self.model.name and r.identity == ids.get(r.name)}
+        logged = {} if fresh else logged_step_ms(self.model, self.log.steps)
         self.step_ms = step_ms(self.model, wanted, known=logged)
         self.timed_steps = {(n, b): ms for n, bs in self.step_ms.items() for b, ms in bs.items()
                             if (n, b) not in logged}
@@ -400,11 +398,9 @@ def apply_records(
     network = InNetworkCosts.from_records(tuning.network, m.name, m.digest) if tuning is not None else InNetworkCosts()
     steps = None
     if measure:  # the other steps, in the blocks this log's layouts can give them
-        from graph_tuner.executor.step_timing import costed_steps, step_identities, step_ms
+        from graph_tuner.executor.step_timing import costed_steps, logged_step_ms, step_ms
 
-        ids = step_identities(m)
-        logged = {(r.name, r.block): r.time * 1e3 for r in (tuning.steps if tuning is not None else [])
-                  if r.model == m.name and r.identity == ids.get(r.name)}
+        logged = logged_step_ms(m, tuning.steps) if tuning is not None else {}
         steps = step_ms(m, required_step_blocks(flow, chosen, blocks, [s.ops[0] for s in costed_steps(m)]),
                         known=logged)
     return select(flow, chosen, network.transform_costs(costs.seconds), blocks, estimated=costs.estimated,

@@ -63,6 +63,14 @@ def step_identities(model: Model) -> dict[str, str]:
     return {s.ops[0]: short_digest(_signature(model, s, 1)[:2]) for s in costed_steps(model)}
 
 
+def logged_step_ms(model: Model, steps: Iterable) -> dict[tuple[str, int], float]:
+    """A log's timings of ``model``'s steps (its ``graph_tuner_step`` records, ``log.steps``) in
+    ms by ``(step, block)``: those of this model's name whose digest is the step's
+    (:func:`step_identities`); a later record of a step replaces an earlier."""
+    ids = step_identities(model)
+    return {(r.name, r.block): r.time * 1e3 for r in steps if r.model == model.name and r.identity == ids.get(r.name)}
+
+
 def forget_timings() -> None:
     """Forget this process's step timings (``--retime`` times every step again)."""
     _memo.clear()
