@@ -197,7 +197,9 @@ def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):
     tuning_log.write_text("\n".join(x for x in lines if "layout_transform" in x) + "\n")
     argv = ["run", str(onnx_path), "--records", str(plan_log), "--repeat", "2", "--json"]
     assert main([*argv, "--transform-records", str(tuning_log)]) == 0
-    assert json.loads(capsys.readouterr().out)["predicted_ms"] > 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["predicted_ms"] > 0
+    assert "no in-network ratios of" in captured.err  # transforms only: priced at their alone times, said
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))
     assert main([*argv, "--transform-records", str(tmp_path / "nope.log")]) == 2
     assert "nope.log: no such file" in capsys.readouterr().err

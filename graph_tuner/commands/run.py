@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from graph_tuner.commands import check_paths, positive_int
@@ -69,10 +70,19 @@ def run(args: argparse.Namespace) -> int:
     x = load_input(args.input, shape) if args.input else None
     from graph_tuner.api import apply_records
 
-    if args.transform_records and not Path(args.transform_records).exists():
-        raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
-    plan = apply_records(model, args.records, None, batch=model.batch, progress=not args.json,
-                         tuning=args.transform_records)
+    tuning = None
+    if args.transform_records:
+        from graph_tuner.calibration import InNetworkCosts
+        from graph_tuner.records import read_records
+
+        if not Path(args.transform_records).exists():
+            raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
+        tuning = read_records(args.transform_records)
+        if not InNetworkCosts.from_records(tuning.network, model.name, model.digest):
+            print(f"graph-tuner: warning: {args.transform_records}: no in-network ratios of {model.name} at this "
+                  "batch size (another model's log, or tuned with --no-calibrate?): its transforms and other steps "
+                  "are priced at their times taken alone", file=sys.stderr)
+    plan = apply_records(model, args.records, None, batch=model.batch, progress=not args.json, tuning=tuning)
     result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
     if args.save_output:
         import io
