@@ -92,7 +92,7 @@ class RunResult:
         lines = [
             f"{self.model}  batch {self.batch}, {self.threads} threads",
             f"latency: median {self.median_ms:.3f} ms, p90 {self.p90_ms:.3f} ms",
-            "profile (sum of per-step medians {:.3f} ms): ".format(self.profile.total_ms)
+            "profile (its median run {:.3f} ms): ".format(self.profile.total_ms)
             + ", ".join(f"{c} {ms:.3f} ms ({sum(s.category == c for s in self.profile.steps)} steps)"
                         for c, ms in by.items()),
             f"predicted ({self.covers}): {self.predicted_ms:.3f} ms; the same steps measured: "
@@ -123,9 +123,11 @@ class RunResult:
         return "\n".join(lines)
 
 
-# A run's profile (sum of per-step medians) and whole-run median agree within this on a steady
-# host: 0.8-2.8% in calm runs of the five bench models, 15-61% in runs a neighbour's phase hit
-# (session 20). The gap between steps is about 1% since a run is one native call.
+# A run's profile (its median timed run, the steps' sum) and whole-run median agree within this
+# on a steady host: 0.8-2.8% in calm runs of the five bench models, 15-61% in runs a
+# neighbour's phase hit (session 20). Since session 28 the profile times the steps inside the
+# native run: its median run read 0-3% off the whole-run median taken just before (8 of 9
+# rounds of three models; the ninth 7%, the host's phase).
 STEADY_MARGIN = 0.05
 
 
