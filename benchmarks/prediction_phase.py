@@ -6,10 +6,12 @@ well as the two phases agree. This separates the cost model from the phase: the 
 from the log (as ``graph-tuner bench`` solves it) is compiled once; each round times whole runs,
 then re-times every step of the plan alone (the tuner's and step benchmark's own routines:
 :func:`graph_tuner.plan_run.retimed_steps`), then whole runs again. The prediction *now* is each
-step re-timed alone times the in-network ratio the plan was costed with (its cost over the
-log's alone time, :func:`graph_tuner.calibration.plan_ratios`): the log's model, in this
-round's phase. Prints per round the whole-run median (mean of the two brackets) against that
-and against the log's own prediction (``plan.cost``), then the medians over rounds.
+step re-timed alone times the in-network ratio the plan was costed with
+(:meth:`graph_tuner.calibration.InNetworkCosts.by_step`): the log's model, in this round's
+phase (what ``graph-tuner run --transform-records`` reports as re-timed now). Prints per round
+the whole-run median (mean of the two brackets) against that and against the log's own
+prediction (``plan.cost``), per category the profile against the prediction now, then the
+medians over rounds.
 
     python benchmarks/prediction_phase.py resnet-50 [--log LOG] [--rounds 5] [--calls 20]
 """
@@ -19,23 +21,12 @@ import argparse
 import statistics
 
 from graph_tuner.api import GraphTuner
-from graph_tuner.calibration import plan_ratios
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import _run_by, retimed_steps, seeded_input
 from graph_tuner.shipped import shipped_log
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
-
-
-def step_ratios(gt: GraphTuner, plan) -> dict[str, float]:
-    """Each step of ``plan`` by its profile name -> the in-network / alone ratio it was costed with."""
-    conv_s = {(name, c.config): c.time for name, cs in gt.all_candidates.items() for c in cs}
-    r = plan_ratios(plan, conv_s, gt.step_ms, gt.transforms.seconds)
-    out = {lc.name: r.convs.get((lc.name, lc.candidate.config), 1.0) for lc in plan.layers}
-    out.update({t.label: r.transforms.get(t.key, 1.0) for t in plan.transforms})
-    out.update({s.name: r.steps.get((s.name, s.block), 1.0) for s in plan.steps})
-    return out
 
 
 def main() -> None:
@@ -49,7 +40,7 @@ def main() -> None:
     gt = GraphTuner(model, args.log or shipped_log(model.name), top_k=20)
     gt.benchmark_steps()
     plan = gt.solve(measure=True)
-    ratio = step_ratios(gt, plan)
+    ratio = gt.network.by_step(plan)  # each step's in-network ratio, as the plan was costed
     prog = compile_model(model, plan, model.params(seed=0))
     prog.run(seeded_input(model))
 

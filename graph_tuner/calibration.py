@@ -105,6 +105,29 @@ class InNetworkCosts:
                 self.steps[(s.name, s.block)] = ratios[s.name]
         self.transforms.update(_mean_by_key((t.key, ratios[t.label]) for t in plan.transforms if t.label in ratios))
 
+    def by_step(self, plan: Plan) -> dict[str, float]:
+        """The ratio each step of ``plan`` is costed with, by its name in a profile (a conv by
+        its layer, a transform by its label, another step by its name): its own, else its
+        group's median (a layer's other configs, a step's other blocks, a shape's other
+        transforms), else 1, as :func:`rescaled` costs it. A step re-timed alone now, times
+        this, is what the plan predicts for it in the host's present state.
+
+        >>> from graph_tuner.plan import StepChoice
+        >>> plan = Plan("m", "llvm", [], [], {}, "dp", True, None, 0.0, steps=[StepChoice("pool", 16, 3.0)])
+        >>> InNetworkCosts(steps={("pool", 8): 2.0}).by_step(plan)  # block 16 unmeasured: the step's median
+        {'pool': 2.0}
+        """
+        def one(key, group: Mapping) -> float:
+            return rescaled(dict.fromkeys([*group, key], 1.0), group)[key]
+
+        out = {lc.name: one(lc.candidate.config, {c: r for (n, c), r in self.convs.items() if n == lc.name})
+               for lc in plan.layers}
+        out.update({t.label: one(t.key, {k: r for k, r in self.transforms.items() if k[0] == t.key[0]})
+                    for t in plan.transforms})
+        out.update({s.name: one(s.block, {b: r for (n, b), r in self.steps.items() if n == s.name})
+                    for s in plan.steps})
+        return out
+
     def candidates(self, candidates: Mapping[str, list]) -> dict[str, list]:
         """``candidates`` at their in-network times (:func:`rescaled`, per layer); a measured
         candidate's time also goes into its record's costs, so a written plan log carries what

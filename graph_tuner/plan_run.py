@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class RunResult:
     # The thread pool's fork-join (graph_tuner.host_state.fork_join_us) before the timed runs and
     # after the profile: what tells the host's phases apart where the profile cannot.
     fork_join_us: tuple[float, float] | None = None
+    retimed_at_ratios: bool = False  # retimed_ms took each step times its in-network ratio (the log's)
 
     @property
     def measured_planned_ms(self) -> float:
@@ -98,7 +99,9 @@ class RunResult:
             f"predicted ({self.covers}): {self.predicted_ms:.3f} ms; the same steps measured: "
             f"{self.measured_planned_ms:.3f} ms ({err:+.1%}); whole run {self.median_ms:.3f} ms "
             f"({(self.median_ms - self.predicted_ms) / self.predicted_ms:+.1%})",
-            *([f"  the same kernels and transforms re-timed alone now: {self.retimed_ms:.3f} ms (measured "
+            *([f"  the same steps re-timed alone now"
+               + (", times the in-network ratios they were costed with" if self.retimed_at_ratios else "")
+               + f": {self.retimed_ms:.3f} ms (the steps measured "
                f"{(self.measured_planned_ms - self.retimed_ms) / self.retimed_ms:+.1%}; a log timed when this "
                "machine was faster or slower shifts the first figure, not this one)"]
               if self.retimed_ms else []),
@@ -143,10 +146,10 @@ def seeded_inputs(model, seed: int = 0) -> list[np.ndarray]:
 
 
 def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | None = None, repeat: int = 30,
-                 warmup: int = 3, retime: bool = False) -> RunResult:
+                 warmup: int = 3, retime: bool = False, ratios: Mapping[str, float] | None = None) -> RunResult:
     """Compile ``plan`` for ``model``, run it on ``x`` (default: seeded random), time and profile it;
     with ``retime`` also evaluate its prediction with every kernel and transform re-timed now
-    (:func:`retimed_cost_ms`)."""
+    (:func:`retimed_cost_ms`, each times its in-network ratio in ``ratios``)."""
     from graph_tuner.executor import compile_model
     from kernels.threads import num_threads
 
@@ -156,12 +159,12 @@ def measure_plan(model, plan, *, x: np.ndarray | None = None, params: dict | Non
     before = host_state.fork_join_us(join)
     timing = prog.benchmark(repeat=repeat, warmup=warmup)
     if retime:
-        check = prediction_checks({"plan": prog}, {"plan": plan}, model, repeat)["plan"]
+        check = prediction_checks({"plan": prog}, {"plan": plan}, model, repeat, {"plan": ratios})["plan"]
         profile, retimed = check["profile"], check["retimed_predicted_ms"]
     else:
         profile, retimed = prog.profile(repeat=max(5, repeat // 2)), None
     return RunResult(model.name, model.batch, num_threads(), timing.median_s * 1e3, timing.p90_s * 1e3, plan.cost,
-                     profile, outputs, retimed, (before, host_state.fork_join_us(join)))
+                     profile, outputs, retimed, (before, host_state.fork_join_us(join)), bool(retime and ratios))
 
 
 class InNetworkTimer:
@@ -344,15 +347,21 @@ def _step_ratios(timed: dict[str, list[tuple[float, float]]], run_by: dict[str, 
     return out
 
 
-def retimed_cost_ms(plan, model=None) -> float:
+def retimed_cost_ms(plan, model=None, ratios: Mapping[str, float] | None = None) -> float:
     """The plan's cost model evaluated now, on this machine: every layer's kernel and every
-    transform timed alone (the tuner's and the transform benchmark's own routines), summed.
-    With ``model``, each kernel is timed with the epilogue the executor fuses into that layer.
+    transform timed alone (the tuner's and the transform benchmark's own routines), each times
+    its in-network ratio in ``ratios`` (step name -> ratio, 1 where absent:
+    :meth:`graph_tuner.calibration.InNetworkCosts.by_step`), summed. With ``model``, each
+    kernel is timed with the epilogue the executor fuses into that layer, and the other steps
+    are timed too.
 
-    ``plan.cost`` adds up times from the log, measured whenever and under whatever load the
-    tuning ran; this separates "is the cost model additive?" from "is the log current?".
+    ``plan.cost`` adds up times from the log, measured whenever and in whatever phase of the
+    host the tuning ran; this separates "is the cost model right?" from "is the log current?".
+    Session 28, the 11 shipped models with ratios taken from the native profile: the whole run
+    0.4-4.7% off this, 0.4-12.5% off ``plan.cost`` (benchmarks/prediction_phase.py).
     """
-    return sum(ms * len(names) for names, ms in iter_retimed(plan, model))
+    ratios = ratios or {}
+    return sum(ms * sum(ratios.get(n, 1.0) for n in names) for names, ms in iter_retimed(plan, model))
 
 
 def retimed_steps(plan, model=None) -> dict[str, float]:
@@ -405,9 +414,11 @@ def iter_retimed(plan, model=None) -> Iterator[tuple[list[str], float]]:
 PREDICTION_ROUNDS = 3
 
 
-def prediction_checks(programs: dict, plans: dict, model, repeat: int) -> dict[str, dict]:
+def prediction_checks(programs: dict, plans: dict, model, repeat: int,
+                      ratios: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, dict]:
     """Per plan: its conv + transform steps measured in the network (:meth:`Program.profile`)
-    and its prediction re-timed now (:func:`retimed_cost_ms`), in :data:`PREDICTION_ROUNDS`
+    and its prediction re-timed now (:func:`retimed_cost_ms`, at ``ratios[plan key]`` where
+    given), in :data:`PREDICTION_ROUNDS`
     alternating rounds over the plans: each step's median (``profile``), and the median
     re-timing. One profile after the timed rounds read ResNet-18's steps at 37.0 ms when the
     rounds' median run took 20.9 (session 8): a burst of load hit it."""
@@ -418,7 +429,7 @@ def prediction_checks(programs: dict, plans: dict, model, repeat: int) -> dict[s
     for _ in range(PREDICTION_ROUNDS):
         for k, program in programs.items():
             measured[k].append(program.profile(repeat=max(3, repeat // (3 * PREDICTION_ROUNDS))))
-            retimed[k].append(retimed_cost_ms(plans[k], model))
+            retimed[k].append(retimed_cost_ms(plans[k], model, (ratios or {}).get(k)))
     out = {}
     for k in programs:
         profile = Profile.median(measured[k])

@@ -147,6 +147,10 @@ def test_retimed_cost_sums_every_layer_and_transform_timing_each_once(monkeypatc
     assert len(plan.transforms) == 2
     assert plan_run.retimed_cost_ms(plan) == pytest.approx(1 + 2 + 2 + 0.1 + 0.1)
     assert calls.count("conv") == 2 and calls.count("t") == 2
+    # At in-network ratios (step name -> ratio, 1 where absent): each name its own.
+    label = plan.transforms[0].label
+    assert plan_run.retimed_cost_ms(plan, ratios={"c1": 2.0, "c3": 1.5, label: 3.0}) == pytest.approx(
+        2 * 1 + 2 + 1.5 * 2 + 3 * 0.1 + 0.1)
     # With the model, each layer is timed with the epilogue the executor fuses into it:
     # c2 and c3 share a workload and config but not an epilogue (c2 -> relu).
     b = GraphBuilder("t")
@@ -287,13 +291,17 @@ def test_prediction_checks_take_medians_of_alternating_rounds(monkeypatch):
 
     retimes = {"a": iter([10.0, 30.0, 11.0]), "b": iter([5.0, 5.0, 6.0])}
 
-    def fake_retimed(plan, model=None):
+    given = {}
+
+    def fake_retimed(plan, model=None, ratios=None):
         order.append(("retime", plan))
+        given[plan] = ratios
         return next(retimes[plan])
 
     monkeypatch.setattr(plan_run, "retimed_cost_ms", fake_retimed)
     programs = {"a": FakeProgram("a", [9.0, 37.0, 10.0]), "b": FakeProgram("b", [4.0, 4.5, 4.2])}
-    checks = plan_run.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30)
+    checks = plan_run.prediction_checks(programs, {"a": "a", "b": "b"}, model=None, repeat=30, ratios={"a": {"c": 2.0}})
+    assert given == {"a": {"c": 2.0}, "b": None}  # each plan re-timed at its own ratios (b: none given)
     assert order[:4] == [("profile", "a"), ("retime", "a"), ("profile", "b"), ("retime", "b")] and len(order) == 12
     assert [s.median_ms for s in checks["a"].pop("profile").steps] == [10.0, 1.0, 0.5]  # each step's median
     assert checks["a"] == {"retimed_predicted_ms": 11.0, "measured_planned_ms": 11.0,

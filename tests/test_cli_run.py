@@ -186,6 +186,12 @@ def test_the_tuning_log_makes_the_read_back_plan_cost_what_solve_planned(tmp_pat
     assert [(t.key, t.time_ms) for t in back.transforms] == [(t.key, pytest.approx(t.time_ms)) for t in plan.transforms]
     assert [(c.name, c.time_ms) for c in back.steps] == [(c.name, pytest.approx(c.time_ms)) for c in plan.steps]
     assert read_back().cost < plan.cost  # at the times taken alone
+    # What `run` re-times the plan at: each step's own ratio, by its name in a profile.
+    from graph_tuner.calibration import InNetworkCosts
+
+    by_step = InNetworkCosts.from_records(read_records(log).network, m.name, m.digest).by_step(back)
+    assert by_step == {**{lc.name: 1.0 for lc in back.layers}, **{t.label: 2.0 for t in back.transforms},
+                       **{c.name: 3.0 for c in back.steps}}
 
 
 def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     x = load_input(args.input, shape) if args.input else None
     from graph_tuner.api import apply_records
 
-    tuning = None
+    tuning = network = None
     if args.transform_records:
         from graph_tuner.calibration import InNetworkCosts
         from graph_tuner.records import read_records
@@ -78,12 +78,15 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.transform_records).exists():
             raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
         tuning = read_records(args.transform_records)
-        if not InNetworkCosts.from_records(tuning.network, model.name, model.digest):
+        network = InNetworkCosts.from_records(tuning.network, model.name, model.digest)
+        if not network:
             print(f"graph-tuner: warning: {args.transform_records}: no in-network ratios of {model.name} at this "
                   "batch size (another model's log, or tuned with --no-calibrate?): its transforms and other steps "
                   "are priced at their times taken alone", file=sys.stderr)
     plan = apply_records(model, args.records, None, batch=model.batch, progress=not args.json, tuning=tuning)
-    result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime)
+    # Re-timed now, each step times the ratio it was costed with: the prediction in this phase of the host.
+    result = measure_plan(model, plan, x=x, repeat=args.repeat, retime=not args.no_retime,
+                          ratios=network.by_step(plan) if network else None)
     if args.save_output:
         import io
 
