@@ -10,8 +10,9 @@
 Plans are solved from this CPU's shipped logs (``data/<cpu>/``); the three programs share
 weights and input and their outputs are checked equal first. Rounds interleave them
 (``graph_tuner.rounds.timed_rounds``); each ratio pairs rounds, with a 90% interval: above 1,
-that build took longer than ``native``. Also printed: the sum of the per-step medians of a
-profile, against which the wall time shows the time between steps.
+that build took longer than ``native``. Also printed: a profile's median run (since session 28
+timed inside the native call, the clock read between steps), against which the wall time shows
+what the timing costs.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def main() -> None:
         cells = [f"{k} {med[k]:.3f} ms" + ("" if k == "native" else " ({:.3f} [{:.3f}-{:.3f}])".format(
             *paired_ratio(t[k], t["native"]))) for k in runners]
         print(f"{name}: {len(native.steps)} steps, {native.foreign_calls} native call(s); " + "; ".join(cells)
-              + f"; sum of step medians {prof.total_ms:.3f} ms")
+              + f"; profiled run {prof.total_ms:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -107,10 +107,12 @@ class InNetworkCosts:
 
     def by_step(self, plan: Plan) -> dict[str, float]:
         """The ratio each step of ``plan`` is costed with, by its name in a profile (a conv by
-        its layer, a transform by its label, another step by its name): its own, else its
-        group's median (a layer's other configs, a step's other blocks, a shape's other
-        transforms), else 1, as :func:`rescaled` costs it. A step re-timed alone now, times
-        this, is what the plan predicts for it in the host's present state.
+        its layer, a transform by its label, another step by its name): its own; else, for a
+        transform or another step, its group's median (a shape's other transforms, a step's
+        other blocks), as :func:`rescaled` costs them; else 1 (a conv whose config has no
+        ratio: a plan's layers are costed one config each, ``restricted``, so it stays at its
+        alone time). A step re-timed alone now, times this, is what the plan predicts for it in
+        the host's present state.
 
         >>> from graph_tuner.plan import StepChoice
         >>> plan = Plan("m", "llvm", [], [], {}, "dp", True, None, 0.0, steps=[StepChoice("pool", 16, 3.0)])
@@ -120,8 +122,7 @@ class InNetworkCosts:
         def one(key, group: Mapping) -> float:
             return rescaled(dict.fromkeys([*group, key], 1.0), group)[key]
 
-        out = {lc.name: one(lc.candidate.config, {c: r for (n, c), r in self.convs.items() if n == lc.name})
-               for lc in plan.layers}
+        out = {lc.name: self.convs.get((lc.name, lc.candidate.config), 1.0) for lc in plan.layers}
         out.update({t.label: one(t.key, {k: r for k, r in self.transforms.items() if k[0] == t.key[0]})
                     for t in plan.transforms})
         out.update({s.name: one(s.block, {b: r for (n, b), r in self.steps.items() if n == s.name})

@@ -31,7 +31,7 @@ class RunResult:
     predicted_ms: float  # plan.cost: conv kernels + layout transforms (+ the other steps when costed)
     profile: object  # graph_tuner.executor.Profile
     outputs: list = field(default_factory=list, repr=False)
-    retimed_ms: float | None = None  # the same prediction, kernels and transforms re-timed alone now
+    retimed_ms: float | None = None  # the same prediction, its steps re-timed alone now (x ratios: retimed_at_ratios)
     # The thread pool's fork-join (graph_tuner.host_state.fork_join_us) before the timed runs and
     # after the profile: what tells the host's phases apart where the profile cannot.
     fork_join_us: tuple[float, float] | None = None
@@ -78,6 +78,7 @@ class RunResult:
             "predicted_ms": self.predicted_ms,
             "prediction_covers": self.covers,
             "retimed_predicted_ms": self.retimed_ms,
+            "retimed_at_ratios": self.retimed_at_ratios,
             "measured_planned_ms": self.measured_planned_ms,
             "profile_total_ms": self.profile.total_ms,
             "steady": self.steady,
@@ -93,7 +94,7 @@ class RunResult:
         lines = [
             f"{self.model}  batch {self.batch}, {self.threads} threads",
             f"latency: median {self.median_ms:.3f} ms, p90 {self.p90_ms:.3f} ms",
-            "profile (its median run {:.3f} ms): ".format(self.profile.total_ms)
+            "profile (steps summing to {:.3f} ms, the median run): ".format(self.profile.total_ms)
             + ", ".join(f"{c} {ms:.3f} ms ({sum(s.category == c for s in self.profile.steps)} steps)"
                         for c, ms in by.items()),
             f"predicted ({self.covers}): {self.predicted_ms:.3f} ms; the same steps measured: "

@@ -542,3 +542,26 @@ def plan_run_cpu() -> str:
     from kernels.jit import host_cpu
 
     return host_cpu().name
+
+
+def test_by_step_is_the_ratio_each_step_of_the_plan_is_costed_with():
+    """What `run` and `bench` re-time a plan at: each step's cost over its alone time, as
+    candidates (one config a layer), step_costs and transform_costs make it."""
+    from graph_tuner.candidates import Candidate
+    from graph_tuner.plan import LayerChoice, Plan, StepChoice, TransformChoice
+
+    a, b = Candidate(None, 8, 8, 1.0, "x"), Candidate(None, 8, 8, 2.0, "y")
+    layers = [LayerChoice(0, "a", None, a, 1.0), LayerChoice(1, "b", None, b, 2.0)]
+    transforms = [TransformChoice("t", (1, 8, 4, 4), 8, 1, 0.1, ["b"]), TransformChoice("u", (1, 4, 2, 2), 1, 4, 0.1, ["c"])]
+    steps = [StepChoice("pool", 32, 1.0), StepChoice("fc", 1, 1.0)]
+    plan = Plan("m", "llvm", layers, transforms, {}, "dp", True, None, 0.0, steps=steps)
+    costs = InNetworkCosts(convs={("a", "x"): 1.5, ("b", "z"): 3.0}, steps={("pool", 8): 3.0, ("pool", 16): 4.0},
+                           transforms={((1, 8, 4, 4), 1, 8): 2.0})
+    got = costs.by_step(plan)
+    assert got == {"a": 1.5, "b": 1.0, "t NCHW8c->NCHW": 2.0, "u NCHW->NCHW4c": 1.0, "pool": 3.5, "fc": 1.0}
+    # The same ratios the plan's costs are made with:
+    costed = costs.candidates(restricted({"a": [a], "b": [b, Candidate(None, 8, 8, 1.0, "z")]}, {"a": "x", "b": "y"}))
+    assert {n: cs[0].time / {"a": 1.0, "b": 2.0}[n] for n, cs in costed.items()} == {"a": 1.5, "b": 1.0}
+    assert costs.step_costs({"pool": {8: 1.0, 16: 1.0, 32: 1.0}, "fc": {1: 1.0}})["pool"][32] == got["pool"]
+    keys = {t.key: 1.0 for t in transforms} | {((1, 8, 4, 4), 1, 8): 1.0}
+    assert [costs.transform_costs(keys)[t.key] for t in transforms] == [got[t.label] for t in transforms]

@@ -233,3 +233,22 @@ def test_a_run_whose_profile_and_median_disagree_says_so():
     # Profile and median apart, one phase: the warning names that cause only.
     r = RunResult("m", 1, 2, 4.5, 4.5, 3.0, Profile(steps), fork_join_us=(1.6, 1.6))
     assert not r.steady and "the profile's steps sum" in r.report() and "fork-join changed" not in r.report()
+
+
+def test_run_retimes_at_the_tuning_logs_ratios(files, tmp_path, capsys):
+    """With a tuning log that has in-network ratios for the model, `run` re-times the plan at
+    them (`retimed_at_ratios`); without one, alone."""
+    from graph_tuner.loading import load_model
+    from graph_tuner.records import make_network_record
+
+    m, onnx_path, log = files
+    loaded = load_model(str(onnx_path))
+    tuning_log = tmp_path / "tuning.log"
+    ratio = make_network_record(loaded.name, loaded.digest, "step", "prob", 1, 2.0, TARGET)
+    tuning_log.write_text(log.read_text() + json.dumps(ratio) + "\n")
+    argv = ["run", str(onnx_path), "--records", str(log), "--repeat", "2", "--json"]
+    assert main([*argv, "--transform-records", str(tuning_log)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["retimed_at_ratios"] is True and "no in-network ratios" not in captured.err
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["retimed_at_ratios"] is False

@@ -35,16 +35,15 @@ def test_the_profile_calls_no_kernel_from_python(monkeypatch):
     monkeypatch.setattr(BoundKernel, "__call__", refused)
     for o in prog.outputs:
         o.fill(np.nan)
-    profile = prog.profile(repeat=3, warmup=1)
+    profile = prog.profile(repeat=3, warmup=0)  # no warm-up: the timed runs alone write the outputs
     assert [s.name for s in profile.steps] == [s.name for s in prog.steps]
     assert all(s.median_ms >= 0 for s in profile.steps) and profile.total_ms > 0
     for got, w in zip(prog.outputs, want):  # the timed run computed the network
         np.testing.assert_array_equal(got, w)
 
 
-def test_a_python_step_between_native_segments_is_timed_too():
-    prog, want = _program()
-    calls = []
+def _mixed(prog, calls):
+    """``prog`` with its middle step called from Python (so three segments: native, Python, native)."""
     middle = len(prog.steps) // 2
     kernel = prog.steps[middle].fn
 
@@ -54,12 +53,46 @@ def test_a_python_step_between_native_segments_is_timed_too():
 
     steps = [dataclasses.replace(s, fn=python_step) if i == middle else s for i, s in enumerate(prog.steps)]
     mixed = Program(prog.model_name, steps, prog.inputs, prog.outputs, prog.predicted_ms)
-    assert mixed.foreign_calls == 3 if 0 < middle < len(steps) - 1 else 2
-    profile = mixed.profile(repeat=4, warmup=2)
-    assert len(calls) == 6  # once per run, warm-ups included
-    assert len(profile.steps) == len(steps) and profile.steps[middle].median_ms > 0
+    assert 1 < middle < len(steps) - 2 and mixed.foreign_calls == 3
+    return mixed, middle
+
+
+def test_a_python_step_between_native_segments_is_timed_too():
+    prog, want = _program()
+    calls = []
+    mixed, middle = _mixed(prog, calls)
+    for o in mixed.outputs:
+        o.fill(np.nan)
+    profile = mixed.profile(repeat=4, warmup=0)
+    assert len(calls) == 4  # once per run
+    assert len(profile.steps) == len(mixed.steps) and profile.steps[middle].median_ms > 0
     for got, w in zip(mixed.outputs, want):
         np.testing.assert_array_equal(got, w)
+
+
+def test_each_step_gets_its_own_time_across_segments(monkeypatch):
+    # Native segments' calls timed 1, 2, 3, ... ms by segment order and position; the Python
+    # step 50 ms: each lands at its own step, in program order.
+    import itertools
+    import time
+
+    from kernels.sequence import NativeSequence
+
+    prog, _ = _program()
+    mixed, middle = _mixed(prog, [])
+    first = mixed._segments[0]
+
+    def fake(self):
+        offset = 0 if self is first else middle + 1
+        return (np.arange(len(self)) + 1 + offset) * 1e-3
+
+    ticks = itertools.count()
+    monkeypatch.setattr(NativeSequence, "step_seconds", fake)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 0.050)
+    got = [s.median_ms for s in mixed.profile(repeat=3, warmup=0).steps]
+    want = [float(i + 1) for i in range(len(mixed.steps))]
+    want[middle] = 50.0
+    np.testing.assert_allclose(got, want)
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -44,7 +44,8 @@ class StepTime:
 @dataclass
 class Profile:
     """Per-step times over repeated runs of the whole program (:meth:`Program.profile`: each
-    step's median, the steps summing to the median run)."""
+    step's median, the steps summing to the median run; :meth:`median` of several profiles:
+    each step's median over them)."""
 
     steps: list[StepTime]
 
