@@ -69,13 +69,14 @@ def sequence_ir(calls: Sequence[BoundKernel]) -> str:
     >>> print(sequence_ir([]).splitlines()[0])
     define void @run() {
     """
-    lines = ["define void @run() {"]
-    for i, c in enumerate(calls):
-        # Addresses as constants: the JIT resolves nothing, each call is a plain indirect call.
-        lines.append(f"  call void inttoptr (i64 {c.entry} to ptr)(ptr inttoptr (i64 {c.args} to ptr), "
-                     f"i32 {c.nthreads})")
+    lines = ["define void @run() {", *map(_call, calls)]
     lines += ["  ret void", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _call(c: BoundKernel) -> str:
+    # Addresses as constants: the JIT resolves nothing, each call is a plain indirect call.
+    return f"  call void inttoptr (i64 {c.entry} to ptr)(ptr inttoptr (i64 {c.args} to ptr), i32 {c.nthreads})"
 
 
 def timed_sequence_ir(calls: Sequence[BoundKernel]) -> str:
@@ -93,9 +94,7 @@ def timed_sequence_ir(calls: Sequence[BoundKernel]) -> str:
 
     lines = ["define void @run_timed(ptr %stamps) {", *stamp(0)]
     for i, c in enumerate(calls):
-        lines.append(f"  call void inttoptr (i64 {c.entry} to ptr)(ptr inttoptr (i64 {c.args} to ptr), "
-                     f"i32 {c.nthreads})")
-        lines += stamp(i + 1)
+        lines += [_call(c), *stamp(i + 1)]
     lines += ["  ret void", "}"]
     return "\n".join(lines) + "\n"
 
