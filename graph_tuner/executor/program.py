@@ -160,8 +160,8 @@ class Program:
 
         A step's time is its median, scaled so that the steps sum to the median run: a run's
         interrupts and stalls fall on its steps in proportion to their time, and each step's own
-        median leaves them out (session 28: the medians summed 2.5-4.5% under the median run of
-        DenseNet-121, MobileNet-v2 and ResNet-50, their means 0-2% over it, an outlier in one step
+        median leaves them out (session 28: the medians summed 2.4-4.5% under the median run of
+        DenseNet-121, MobileNet-v2 and ResNet-50, their means -0.4% to +2.2% off it, an outlier in one step
         moving a mean). So the steps share the median run, and a cost taken from them adds up to
         what a run takes."""
         for _ in range(warmup):
