@@ -359,7 +359,7 @@ def retimed_cost_ms(plan, model=None, ratios: Mapping[str, float] | None = None)
     ``plan.cost`` adds up times from the log, measured whenever and in whatever phase of the
     host the tuning ran; this separates "is the cost model right?" from "is the log current?".
     Session 28, the 11 shipped models with ratios taken from the native profile: the whole run
-    0.4-4.7% off this, 0.4-12.5% off ``plan.cost`` (benchmarks/prediction_phase.py).
+    0.4-4.7% off this, 1.8-12.5% off ``plan.cost`` (benchmarks/prediction_phase.py).
     """
     ratios = ratios or {}
     return sum(ms * sum(ratios.get(n, 1.0) for n in names) for names, ms in iter_retimed(plan, model))
