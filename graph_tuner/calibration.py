@@ -120,7 +120,7 @@ class InNetworkCosts:
         {'pool': 2.0}
         """
         def one(key, group: Mapping) -> float:
-            return rescaled(dict.fromkeys([*group, key], 1.0), group)[key]
+            return group[key] if key in group else statistics.median(group.values()) if group else 1.0
 
         out = {lc.name: self.convs.get((lc.name, lc.candidate.config), 1.0) for lc in plan.layers}
         out.update({t.label: one(t.key, {k: r for k, r in self.transforms.items() if k[0] == t.key[0]})
