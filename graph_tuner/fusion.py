@@ -48,6 +48,12 @@ wrote the whole concatenation before every layer: DenseNet-121's 58 such passes 
 the 1x1 projection of EfficientNet's, MobileNet-v3's and RegNetY's blocks: the prologue's
 per-channel scale is then the gate's buffer, its shift zero.
 
+A global average pool on a depthwise conv group's output, read in the layout the conv
+writes it in (the squeeze of EfficientNet's and MobileNet-v3's squeeze-excite blocks), reads
+the **row means** the conv's epilogue writes as it stores each row (``Step.pooled``,
+``Step.from_rows``): ``OH`` means per channel instead of the ``OH x OW`` plane, which the
+pool read again right after the conv wrote it.
+
 When both operands of an add come from conv groups, the add goes to the conv that
 runs later, so the other operand is already there when the kernel reads it.
 
@@ -88,6 +94,9 @@ UNARY_ELEMENTWISE = FOLDABLE | frozenset(CHAIN_ACTIVATIONS)
 # what fusing them saves (benchmarks/epilogue_ab.py sets {"relu", "relu6"}, the old rule).
 EPILOGUE_ACTIVATIONS: frozenset[str] | None = None
 BINARY_ELEMENTWISE = frozenset({"add", "multiply"})
+# Rule 6 of plan_steps (a squeeze pool reads its depthwise conv's row means); off only to
+# measure what it saves (benchmarks/ab_builds.py --set graph_tuner.fusion.POOL_ROW_MEANS=False).
+POOL_ROW_MEANS = True
 
 
 @dataclass
@@ -103,6 +112,8 @@ class Step:
     affine: "Step | None" = None  # conv groups: an elementwise chain the epilogue writes too
     prologue: "Step | None" = None  # conv groups: an elementwise chain applied to the data as it is read
     fused: bool = False  # elementwise chains a conv runs (second output or prologue): run nothing
+    pooled: "Step | None" = None  # depthwise conv groups: the global pool that reads their row means
+    from_rows: bool = False  # global pools: reads its input's row means, which its conv wrote (rule 6)
 
 
 def activation_of(op: Op) -> str | tuple | None:
@@ -202,7 +213,7 @@ def residual_convs(model: Model) -> dict[str, list[str]]:
 def conv_epilogues(model: Model, steps: list[Step] | None = None) -> dict[str, dict]:
     """Each conv's fused epilogue as :func:`kernels.conv2d.build_conv2d` keyword arguments
     (``bias``, ``residual``, ``activation``, ``affine_out``, ``affine_activation``, ``prologue``,
-    ``prologue_activation``), from
+    ``prologue_activation``, ``row_means``), from
     ``steps`` (default: :func:`plan_steps` with every layout agreeing, i.e. every possible
     fusion). The tuner times kernels with them: a residual read and a second output are
     memory traffic the bare conv does not have (+22-44% on ResNet-50's stage-1 1x1 convs).
@@ -214,7 +225,7 @@ def conv_epilogues(model: Model, steps: list[Step] | None = None) -> dict[str, d
     >>> m = b.build(b.conv(b.relu(b.batch_norm(y)), 8, 1, name="c2"))
     >>> conv_epilogues(m)["c1"]  # doctest: +NORMALIZE_WHITESPACE
     {'bias': True, 'residual': True, 'activation': None, 'affine_out': True, 'affine_activation': 'relu',
-     'prologue': False, 'prologue_activation': None}
+     'prologue': False, 'prologue_activation': None, 'row_means': False}
     """
     return {s.ops[0]: step_epilogue(model, s) for s in (plan_steps(model) if steps is None else steps)
             if s.kind == "conv"}
@@ -228,7 +239,8 @@ def step_epilogue(model: Model, s: Step) -> dict:
                 affine_out=s.affine is not None,
                 affine_activation=(affine_chain(model, s.affine) or None) if s.affine else None,
                 prologue=s.prologue is not None,
-                prologue_activation=(affine_chain(model, s.prologue) or None) if s.prologue else None)
+                prologue_activation=(affine_chain(model, s.prologue) or None) if s.prologue else None,
+                row_means=s.pooled is not None)
 
 
 def plan_steps(model: Model, blocks: dict[str, int] | None = None,
@@ -317,10 +329,24 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         g.prologue, g.inputs[0], s.fused = s, data, True
         if gate is not None:
             g.inputs.append(gate)
+    # 6. a global average pool on a depthwise conv group's output, in the layout the conv writes
+    # it in (a squeeze-excite's squeeze), reads the row means the conv's epilogue writes
+    for s in steps:
+        g = owner.get(s.inputs[0]) if s.kind == "global_avg_pool" and POOL_ROW_MEANS else None
+        if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.pooled is None
+                and _depthwise(model.workload(model.op(g.ops[0])))
+                and (reads is None or reads(s.ops[0], g.output) == blocks.get(g.output))):
+            g.pooled, s.from_rows = s, True
     steps += groups
     # Run each step where its last op sits in the model's topological order.
     steps.sort(key=lambda s: order[s.ops[-1]])
     return steps
+
+
+def _depthwise(w) -> bool:
+    """A depthwise conv (one input channel per group, as many out): every config runs it on the
+    depthwise template (:func:`kernels.depthwise.runs_lanewise`), whose epilogue can write row means."""
+    return w.groups > 1 and w.kernel_shape[1] == 1 and w.out_channels == w.in_channels
 
 
 def prologue_chains(model: Model, steps: list[Step] | None = None) -> dict[str, str]:

@@ -76,6 +76,7 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "supported"]
 
+NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
 ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in")
 SCRATCH_ARG = len(ARGS)
@@ -470,8 +471,10 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
 def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
               activation: str | tuple | None = None, name: str = "conv2d", lanes: int | None = None,
               affine_out: bool = False, affine_activation: str | tuple | None = None, prologue: bool = False,
-              prologue_activation: str | tuple | None = None, rows_first: bool = False) -> str:
+              prologue_activation: str | tuple | None = None, rows_first: bool = False,
+              row_means: bool = False) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then the scratch).
+    ``row_means`` is the depthwise template's alone (ValueError here).
 
     ``affine_out``: the epilogue also writes ``out2 = act2(out * scale2[oc] + shift2[oc])``
     (``act2`` = ``affine_activation``), e.g. the batch norm + relu that a pre-activation
@@ -490,6 +493,8 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     activation_spec(prologue_activation, "prologue_activation")
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
+    if row_means:
+        raise ValueError(NO_ROW_MEANS)
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
                         affine_out, affine_activation, prologue, prologue_activation,
                         takes_rows_first(workload, config, rows_first, prologue=prologue))
@@ -994,7 +999,7 @@ def depthwise_epilogue(workload: Conv2DWorkload, config: Conv2DConfig, epilogue:
         return None
     if epilogue.get("affine_out") or epilogue.get("prologue"):
         raise ValueError("depthwise kernels have no affine second output or input prologue")
-    return {k: epilogue[k] for k in ("bias", "residual", "activation") if k in epilogue}
+    return {k: epilogue[k] for k in ("bias", "residual", "activation", "row_means") if k in epilogue}
 
 
 def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
@@ -1008,18 +1013,22 @@ def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str
 def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                  activation: str | tuple | None = None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None, rows_first: bool = False) -> Conv2DKernel:
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False,
+                 row_means: bool = False) -> Conv2DKernel:
     """Generate, compile and cache the conv2d kernel for a workload, schedule and epilogue
     (activations: a name or a ``(name, *params)`` tuple, hashable for the cache);
     ``rows_first``: see :func:`takes_rows_first`.
 
     Depthwise workloads, and grouped ones whose config holds whole groups in a block
     (:func:`kernels.depthwise.runs_lanewise`), are dispatched to
-    :func:`kernels.depthwise.build_depthwise` (which has no affine second output).
+    :func:`kernels.depthwise.build_depthwise` (which has no affine second output, and alone
+    writes ``row_means``).
     """
     depthwise = depthwise_epilogue(workload, config, dict(bias=bias, residual=residual, activation=activation,
-                                                    affine_out=affine_out, prologue=prologue))
+                                                    affine_out=affine_out, prologue=prologue, row_means=row_means))
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)
+    if row_means:
+        raise ValueError(NO_ROW_MEANS)
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
                         prologue_activation, rows_first)

@@ -387,6 +387,44 @@ def test_a_squeeze_excite_scale_is_the_projections_prologue(gate_first):
         assert "scale" not in names and "scale2" in names
 
 
+def test_a_squeeze_pool_reads_the_depthwise_convs_row_means():
+    """Fusion rule 6: the pool after the depthwise conv reads the row means the conv's epilogue
+    wrote (the tuner times the conv with them); its output matches the reference in every block."""
+    from graph_tuner.executor.step_timing import step_identities, step_ms
+
+    m = _squeeze_excite()
+    steps = {s.ops[0]: s for s in plan_steps(m)}
+    assert steps["dw"].pooled is steps["pool"] and steps["pool"].from_rows
+    epilogues = conv_epilogues(m)
+    assert epilogues["dw"]["row_means"] and not epilogues["project"]["row_means"]
+    last = [s for s in steps.values() if s.kind == "global_avg_pool" and s.ops[0] != "pool"]
+    assert len(last) == 1 and not last[0].from_rows  # after the concat: no conv writes its row means
+    for block in (1, 4, 8, 16):
+        prog = _check(m, uniform_plan(m, block), names=["pool", "project"])
+        assert any(s.name == "pool" for s in prog.steps)  # it runs, on the row means
+    assert step_ms(m, {"pool": [8]}, repeat=3)["pool"][8] > 0  # costed as it runs: on the row means
+    # ... and logged under another identity than a pool of the plane: a log's old timing is not its
+    assert step_identities(_pool_after(groups=16))["pool"] != step_identities(_pool_after(groups=1))["pool"]
+
+
+def _pool_after(groups: int):
+    """A global pool after a 16-channel 3x3 conv of ``groups`` groups (16: depthwise) and SiLU."""
+    b = GraphBuilder("pool_after")
+    x = b.input((1, 16, 8, 8))
+    return b.build(b.global_avg_pool(b.silu(b.conv(x, 16, 3, padding=1, groups=groups, name="c"), name="y"),
+                                     name="pool"))
+
+
+def test_no_row_means_where_the_pool_reads_another_layout_or_a_dense_conv():
+    m = _squeeze_excite()
+
+    def reads(reader, tensor):  # the pool reads the depthwise output transformed to block 4
+        return 4 if reader == "pool" else 8
+    steps = {s.ops[0]: s for s in plan_steps(m, {op.name: 8 for op in m.ops}, {}, reads)}
+    assert not steps["pool"].from_rows and steps["dw"].pooled is None
+    assert not {s.ops[0]: s for s in plan_steps(_pool_after(groups=1))}["pool"].from_rows
+
+
 @pytest.mark.parametrize("project_block", [4, 8])
 def test_a_squeeze_excite_scale_runs_alone_where_the_plan_transforms_it(project_block):
     """The scale computes in block 4 (its inputs transformed there); a projection reading block 4

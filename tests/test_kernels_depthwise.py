@@ -10,21 +10,25 @@ from kernels.packing import from_blocked, pack_depthwise_weight, pack_weight, to
 from kernels.reference import activate, conv2d_nchw
 
 
-def check(wl, cfg, *, bias=False, residual=False, activation=None, seed=0):
+def check(wl, cfg, *, bias=False, residual=False, activation=None, row_means=False, seed=0):
+    """The kernel's output (and with ``row_means`` each output row's mean) against numpy's."""
     rng = np.random.default_rng(seed)
     c, g = wl.in_channels, wl.kernel_shape[1]
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(c, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
-    k = build_depthwise(wl, cfg, bias=bias, residual=residual, activation=activation)
+    k = build_depthwise(wl, cfg, bias=bias, residual=residual, activation=activation, row_means=row_means)
     out = np.full(k.output_shape, np.nan, np.float32)
+    rows = np.full(k.arg_shapes["row_means"], np.nan, np.float32) if row_means else None
     k(to_blocked(x, cfg.oc_bn), pack_weight(w, g, cfg.oc_bn), out, bias=b,
-      residual=None if res is None else to_blocked(res, cfg.oc_bn))
+      residual=None if res is None else to_blocked(res, cfg.oc_bn), row_means=rows)
     pre = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=wl.groups,
                       bias=b, residual=res)
     expected = activate(pre, activation)
     np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
+    if row_means:
+        np.testing.assert_allclose(from_blocked(rows)[..., 0], expected.mean(axis=3), rtol=1e-4, atol=1e-5)
     return pre, expected
 
 
@@ -60,14 +64,31 @@ def test_every_activation_in_the_epilogue(act, bn):
 
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2),
-       st.tuples(*[st.integers(0, 3)] * 4), st.integers(3, 9), st.integers(1, 6), st.booleans())
-def test_random_depthwise(bn, k, stride, dilation, pad, width, ow_bn, unroll):
+       st.tuples(*[st.integers(0, 3)] * 4), st.integers(3, 9), st.integers(1, 6), st.booleans(), st.booleans())
+def test_random_depthwise(bn, k, stride, dilation, pad, width, ow_bn, unroll, row_means):
     """Borders handled in the kernel: any padding (wider than the kernel too: rows and columns
-    with no tap inside the input), strides and dilations, every column tiling."""
+    with no tap inside the input), strides and dilations, every column tiling; the row means
+    summed over border columns and tiles alike."""
     assume(min(width + pad[1] + pad[3], 7 + pad[0] + pad[2]) >= dilation * (k - 1) + 1)  # an output
     wl = Conv2DWorkload((1, 16, 7, width), (16, 1, k, k), strides=(stride, stride), padding=pad,
                         dilation=(dilation, dilation), groups=16)
-    check(wl, Conv2DConfig(bn, bn, ow_bn, unroll), bias=True)
+    check(wl, Conv2DConfig(bn, bn, ow_bn, unroll), bias=True, row_means=row_means)
+
+
+@pytest.mark.parametrize("bn", [8, 32], ids=["one vector", "two vectors"])
+def test_row_means_after_the_activation(bn):
+    """Each output row's mean, of the values stored (after the activation), at batch 2: what a
+    squeeze-excite's pool reads instead of the output (graph_tuner.fusion, rule 6)."""
+    wl = Conv2DWorkload((2, 64, 9, 13), (64, 1, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1), groups=64)
+    pre, want = check(wl, Conv2DConfig(bn, bn, 4, True), bias=True, activation="silu", row_means=True, seed=5)
+    assert not np.allclose(want.mean(axis=3), pre.mean(axis=3), atol=0.05)  # the mean of the activated values
+
+
+def test_row_means_only_on_the_depthwise_template():
+    wl = Conv2DWorkload((1, 32, 6, 6), (32, 4, 3, 3), padding=(1, 1, 1, 1), groups=8)  # 8-lane blocks of 4 groups
+    assert isinstance(build_conv2d(wl, Conv2DConfig(8, 8, 3), row_means=True), DepthwiseKernel)
+    with pytest.raises(ValueError, match="only depthwise kernels write row means"):
+        build_conv2d(wl, Conv2DConfig(4, 4, 3), row_means=True)  # blocks within a group: the dense template
 
 
 @settings(max_examples=30, deadline=None)

@@ -15,8 +15,8 @@ def test_a_dense_step_reads_its_weights_cold_and_its_input_hot(monkeypatch):
     real, real_keep = compile_mod._other_fn, memory.WeightArena.keep
     monkeypatch.setattr(memory.WeightArena, "keep", lambda *a: packed.append(real_keep(*a)) or packed[-1])
 
-    def recording(model, s, params, read, blocks, out, weights):
-        fn = real(model, s, params, read, blocks, out, weights)
+    def recording(model, s, params, read, blocks, out, weights, rows=None):
+        fn = real(model, s, params, read, blocks, out, weights, rows)
         weight, x = packed[-1], read(s.ops[0], model.op(s.ops[0]).inputs[0], 1)  # what the kernel reads
 
         def call():

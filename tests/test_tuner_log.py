@@ -363,7 +363,7 @@ def test_tune_model_times_each_workload_with_its_layers_epilogue(tmp_path, monke
     # c1 and c2 (residual add, then the next unit's bn+relu as a second output) outvote c3
     assert epilogues == {model.workload(model.op("c1")): dict(
         bias=False, residual=True, activation=None, affine_out=True, affine_activation="relu", prologue=False,
-        prologue_activation=None)}
+        prologue_activation=None, row_means=False)}
     seen = []
 
     class Timer:

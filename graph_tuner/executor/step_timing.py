@@ -46,6 +46,8 @@ def costed_steps(model: Model) -> list[Step]:
 
 def _signature(model: Model, s: Step, block: int) -> tuple:
     ops = tuple((model.op(n).kind, repr(sorted(model.op(n).attrs.items())), tuple(model.op(n).shape)) for n in s.ops)
+    if s.from_rows:  # it reads its conv's row means, not the plane (fusion rule 6)
+        ops += ("from_rows",)
     return ops, tuple(tuple(model.op(i).shape) for i in s.inputs), block
 
 
@@ -115,7 +117,10 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
                  for v in params[op].values() if isinstance(v, np.ndarray))
     builds = 1 if nbytes < COLD_MIN_BYTES else min(64, -(-host_cpu().l3_bytes * 3 // 2 // nbytes))
     weights = WeightArena()  # each build's packed weights at their own place, as the program keeps them
-    fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out, weights) for _ in range(builds)])
+    # A pool of row means (fusion rule 6) reads an OH x 1 plane its conv wrote
+    rows = {i: rng.standard_normal(_blocked((*model.op(i).shape[:3], 1), block), dtype=np.float32)
+            for i in s.inputs[:1] if s.from_rows}
+    fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out, weights, rows) for _ in range(builds)])
 
     def fn() -> None:
         next(fns)()
