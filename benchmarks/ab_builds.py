@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import kernels.conv2d as conv
-from graph_tuner.api import GraphTuner
+from graph_tuner.api import solve_log
 from graph_tuner.bench import HOST_PROBE
 from graph_tuner.plan_run import seeded_input
 from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
@@ -80,10 +80,10 @@ def main() -> None:
     module, name, value = parse_change(ap, args.change) if args.change else (None, "", None)
 
     model = load_model(args.model)
-    plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve(measure=True)
+    plan = solve_log(model, shipped_log(args.model))
     params, x = model.params(seed=0), seeded_input(model)
     current = compile_model(model, plan, params)
-    other = GraphTuner(model, args.log, top_k=20).solve(measure=True) if args.log else plan
+    other = solve_log(model, args.log) if args.log else plan
     if args.change:
         changed = build(model, other, params, module, name, value)
     else:

@@ -21,7 +21,7 @@ from unittest import mock
 
 import numpy as np
 
-from graph_tuner.api import GraphTuner
+from graph_tuner.api import solve_log
 from graph_tuner.executor import compile as compile_mod
 from graph_tuner.executor import compile_model
 from graph_tuner.executor.memory import Views
@@ -37,7 +37,7 @@ def programs(name: str) -> dict:
     log = shipped_log(name)
     if log is None:
         raise SystemExit(f"no shipped log for {name} on {host_cpu().name}")
-    plan = GraphTuner(model, log).solve()
+    plan = solve_log(model, log)
     params = model.params(0)
     native = compile_model(model, plan, params)
     with mock.patch.object(compile_mod, "_views", lambda *a: Views({}, set())):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ab_builds import build, parse_change
-from graph_tuner.api import GraphTuner
+from graph_tuner.api import solve_log
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     module, name, value = parse_change(ap, args.change)
     model = load_model(args.model)
-    plan = GraphTuner(model, shipped_log(args.model), top_k=20).solve(measure=True)
+    plan = solve_log(model, shipped_log(args.model))
     params, x = model.params(seed=0), seeded_input(model)
     progs = {"current": compile_model(model, plan, params), args.change: build(model, plan, params, module, name, value)}
     ref = progs["current"].run(x)[0]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graph_tuner.api import GraphTuner
+from graph_tuner.api import solve_log
 from graph_tuner.builder import GraphBuilder
 from graph_tuner.executor import compile_model, plan_from_configs
 from graph_tuner.loading import load_model
@@ -144,7 +144,7 @@ def main() -> None:
         print(floors(args.rounds, args.calls, Path(folder)), flush=True)
         for name in args.models:
             model = load_model(name)
-            plan = GraphTuner(model, shipped_log(name)).solve(measure=True)
+            plan = solve_log(model, shipped_log(name))
             params = model.params(seed=0)
             todo, views = steps_to_time(model, plan, params)
             print(f"{name}: {len(todo)} distinct steps besides dense convs; {views} concats/reshapes written in place")

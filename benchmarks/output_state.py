@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from graph_tuner.api import GraphTuner, apply_records
+from graph_tuner.api import apply_records, solve_log
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_inputs
@@ -55,7 +55,7 @@ def main() -> None:
     if args.records:
         plan = apply_records(model, args.records, None, batch=model.batch, progress=False)
     else:
-        plan = GraphTuner(model, shipped_log(args.model)).solve(measure=True)
+        plan = solve_log(model, shipped_log(args.model))
     prog = compile_model(model, plan, model.params(0))
     prog.set_inputs(*seeded_inputs(model))
     for _ in range(5):

@@ -332,6 +332,16 @@ class GraphTuner:
             f"cuda: no layout selection; the fastest record for each of {len(best)} distinct workloads"])
 
 
+def solve_log(model: Model, log, top_k: int = 20) -> Plan:
+    """The plan ``graph-tuner solve`` makes of ``log`` for ``model`` (a loaded model): the other
+    steps costed (their timings in the log first, :meth:`GraphTuner.benchmark_steps`), the
+    transforms it needs measured (this CPU's cache); what ``bench`` and the benchmarks run.
+    Solved without the steps, a plan leaves them out of the objective and may be another one."""
+    gt = GraphTuner(model, log, top_k=top_k)
+    gt.benchmark_steps()
+    return gt.solve(measure=True)
+
+
 def apply_records(
     model: str | os.PathLike | Model,
     records: str | os.PathLike | Iterable[str],
