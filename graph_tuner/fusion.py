@@ -334,7 +334,7 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     for s in steps:
         g = owner.get(s.inputs[0]) if s.kind == "global_avg_pool" and POOL_ROW_MEANS else None
         if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.pooled is None
-                and _depthwise(model.workload(model.op(g.ops[0])))
+                and _writes_row_means(model.workload(model.op(g.ops[0])))
                 and (reads is None or reads(s.ops[0], g.output) == blocks.get(g.output))):
             g.pooled, s.from_rows = s, True
     steps += groups
@@ -343,10 +343,10 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     return steps
 
 
-def _depthwise(w) -> bool:
-    """A depthwise conv (one input channel per group, as many out): every config runs it on the
-    depthwise template (:func:`kernels.depthwise.runs_lanewise`), whose epilogue can write row means."""
-    return w.groups > 1 and w.kernel_shape[1] == 1 and w.out_channels == w.in_channels
+def _writes_row_means(w) -> bool:
+    """Whether every config runs conv ``w`` on the depthwise template, whose epilogue can write
+    row means: a depthwise conv with as many output channels as input (:func:`kernels.depthwise.runs_lanewise`)."""
+    return w.is_depthwise and lanewise_groups(w)
 
 
 def prologue_chains(model: Model, steps: list[Step] | None = None) -> dict[str, str]:
