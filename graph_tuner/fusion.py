@@ -48,12 +48,11 @@ wrote the whole concatenation before every layer: DenseNet-121's 58 such passes 
 the 1x1 projection of EfficientNet's, MobileNet-v3's and RegNetY's blocks: the prologue's
 per-channel scale is then the gate's buffer, its shift zero.
 
-A global average pool on a conv group's output, read in the layout the conv writes it in (the
-squeeze of EfficientNet's, MobileNet-v3's and RegNetY's squeeze-excite blocks), reads the
-**row means** the conv's epilogue writes as it stores each row (``Step.pooled``,
-``Step.from_rows``): a mean per row and channel instead of the plane, which the pool read again
-right after the conv wrote it. Not after a conv a plan may run as Winograd, whose kernel writes
-none.
+A global average pool on a depthwise conv group's output, read in the layout the conv
+writes it in (the squeeze of EfficientNet's and MobileNet-v3's squeeze-excite blocks), reads
+the **row means** the conv's epilogue writes as it stores each row (``Step.pooled``,
+``Step.from_rows``): ``OH`` means per channel instead of the ``OH x OW`` plane, which the
+pool read again right after the conv wrote it.
 
 When both operands of an add come from conv groups, the add goes to the conv that
 runs later, so the other operand is already there when the kernel reads it.
@@ -74,7 +73,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from graph_tuner.model import Model, Op
-from graph_tuner.winograd import gemm_of
 from kernels.activations import activation_key
 from kernels.conv2d import prologue_fits
 from kernels.depthwise import lanewise_groups
@@ -114,7 +112,7 @@ class Step:
     affine: "Step | None" = None  # conv groups: an elementwise chain the epilogue writes too
     prologue: "Step | None" = None  # conv groups: an elementwise chain applied to the data as it is read
     fused: bool = False  # elementwise chains a conv runs (second output or prologue): run nothing
-    pooled: "Step | None" = None  # conv groups: the global pool that reads their row means (rule 6)
+    pooled: "Step | None" = None  # depthwise conv groups: the global pool that reads their row means
     from_rows: bool = False  # global pools: reads its input's row means, which its conv wrote (rule 6)
 
 
@@ -331,8 +329,8 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
         g.prologue, g.inputs[0], s.fused = s, data, True
         if gate is not None:
             g.inputs.append(gate)
-    # 6. a global average pool on a conv group's output, in the layout the conv writes it in (a
-    # squeeze-excite's squeeze), reads the row means the conv's epilogue writes
+    # 6. a global average pool on a depthwise conv group's output, in the layout the conv writes
+    # it in (a squeeze-excite's squeeze), reads the row means the conv's epilogue writes
     for s in steps:
         g = owner.get(s.inputs[0]) if s.kind == "global_avg_pool" and POOL_ROW_MEANS else None
         if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.pooled is None
@@ -346,9 +344,9 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
 
 
 def _writes_row_means(w) -> bool:
-    """Whether every kernel that may run conv ``w`` can write row means: the dense and depthwise
-    templates do, the Winograd kernel (which a plan may pick for a 3x3 stride-1 conv) does not."""
-    return gemm_of(w) is None
+    """Whether every config runs conv ``w`` on the depthwise template, whose epilogue can write
+    row means: a depthwise conv with as many output channels as input (:func:`kernels.depthwise.runs_lanewise`)."""
+    return w.is_depthwise and lanewise_groups(w)
 
 
 def prologue_chains(model: Model, steps: list[Step] | None = None) -> dict[str, str]:

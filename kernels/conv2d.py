@@ -67,7 +67,7 @@ import numpy as np
 from kernels.config import Conv2DConfig
 from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir, runs_lanewise
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
-from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose, fconst,
+from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.packing import pack_weight
@@ -76,10 +76,9 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "supported"]
 
-# conv2d also takes the affine second output, the input prologue and the row means (see conv2d_ir);
-# then the scratch
-ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in", "row_means")
-ROW_MEANS_ARG = ARGS.index("row_means")
+NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"
+# conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
+ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in")
 SCRATCH_ARG = len(ARGS)
 
 
@@ -413,14 +412,12 @@ class ConvContext:
     kw_order: list[int]  # unrolled taps (see conv_context)
     batch_icg: int  # input channel blocks per reduction batch (ic_batch)
     batches: int
-    row_means: bool = False  # the epilogue also writes each (kernel) row's mean (see conv2d_ir)
 
 
 def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, lanes: int, bias: bool,
                  residual: bool, activation: str | tuple | None, affine_out: bool,
                  affine_activation: str | tuple | None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None, rows_first: bool = False,
-                 row_means: bool = False) -> ConvContext:
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False) -> ConvContext:
     """The :class:`ConvContext` of a checked workload and config."""
     source = workload
     compact = compact_input(workload) is not None
@@ -467,7 +464,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
         # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
         kw_order=sorted(range(KW), key=lambda kw: (kw * dw % sw, kw)),
-        batch_icg=batch_icg, batches=-(-ICgB // batch_icg), row_means=row_means,
+        batch_icg=batch_icg, batches=-(-ICgB // batch_icg),
     )
 
 
@@ -477,6 +474,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
               prologue_activation: str | tuple | None = None, rows_first: bool = False,
               row_means: bool = False) -> str:
     """LLVM IR text of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then the scratch).
+    ``row_means`` is the depthwise template's alone (ValueError here).
 
     ``affine_out``: the epilogue also writes ``out2 = act2(out * scale2[oc] + shift2[oc])``
     (``act2`` = ``affine_activation``), e.g. the batch norm + relu that a pre-activation
@@ -489,19 +487,17 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     per pixel and block, against ``ic_bn x oc_bn / lanes`` FMAs.
     Activations are names or ``(name, *params)`` tuples of :data:`kernels.activations.ACTIVATIONS`.
     ``rows_first``: work items rows first where :func:`takes_rows_first` allows (same results).
-    ``row_means``: the epilogue also writes the mean of each row of the kernel's workload
-    (:func:`kernel_workload`: a 1x1 conv's joined rows are one) as it stores it, ``[N, OC/ocb,
-    rows, 1, ocb]`` (:func:`conv2d_arg_shapes`): what a squeeze-excite's pool reads instead of
-    the output (each row is one work item's, so no two threads add to one sum).
     """
     _check(workload, config, activation)
     activation_spec(affine_activation, "affine_activation")  # raises if unknown
     activation_spec(prologue_activation, "prologue_activation")
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
+    if row_means:
+        raise ValueError(NO_ROW_MEANS)
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
                         affine_out, affine_activation, prologue, prologue_activation,
-                        takes_rows_first(workload, config, rows_first, prologue=prologue), row_means)
+                        takes_rows_first(workload, config, rows_first, prologue=prologue))
 
 
 # The tuner asks for one config's text up to three times (compiling it ahead, then building
@@ -511,11 +507,10 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
 @kernel_cache(maxsize=16)
 def _conv2d_text(workload: Conv2DWorkload, config: Conv2DConfig, name: str, lanes: int, threads: int, bias: bool,
                  residual: bool, activation, affine_out: bool, affine_activation, prologue: bool,
-                 prologue_activation, rows_first: bool = False, row_means: bool = False) -> str:
+                 prologue_activation, rows_first: bool = False) -> str:
     c = conv_context(workload, config, name=name, lanes=lanes, bias=bias, residual=residual,
                      activation=activation, affine_out=affine_out, affine_activation=affine_activation,
-                     prologue=prologue, prologue_activation=prologue_activation, rows_first=rows_first,
-                     row_means=row_means)
+                     prologue=prologue, prologue_activation=prologue_activation, rows_first=rows_first)
     intr = IntrinsicSet()
     row_sizes = {c.ohb} | ({c.OH % c.ohb} if c.OH % c.ohb else set())
     modes = ["all"] if c.batches == 1 else ["batch"]
@@ -559,7 +554,6 @@ class RowBlock:
     pre: str | None = None  # stack buffer of a tile's transformed input pixels (two channel blocks)
     pre_at: str = "0"  # where in it the block being reduced starts
     slots: dict = field(default_factory=dict)  # (row, pixel, chunk) -> accumulator slot, shared by the tiles
-    row_sums: dict = field(default_factory=dict)  # (row, chunk) -> the row's sum of stored values (row_means)
 
 
 @dataclass
@@ -598,27 +592,9 @@ def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") 
         group = f.op(f"udiv i64 {f.mul('%ob', c.ocb)}, {c.OCg}")
         rb.icb_start = f.mul(group, c.ICgB)
     rb.kh_lo, rb.kh_hi = _kh_range(f, c)
-    if c.row_means:
-        rb.row_sums = {(r, k): f.slot(vty(w), "zeroinitializer") for r in range(R) for k, (_, w) in enumerate(c.chunks)}
     _row_tiles(rb)
-    if c.row_means:  # after the reduction's last batch: the rows' sums are of the stored outputs
-        if mode == "all":
-            _store_row_means(rb)
-        else:
-            f.branch(f.op(f"icmp eq i64 %icg1, {c.ICgB}"), lambda: _store_row_means(rb), lambda: None)
     f.emit("ret void")
     return f.text()
-
-
-def _store_row_means(rb: RowBlock) -> None:
-    """Each of the block's rows' sums over ``OW`` into ``row_means[n, ob, oh0 + r]``."""
-    c, f = rb.c, rb.f
-    rows = arg_ptr(f, ROW_MEANS_ARG)
-    base = f.affine(("%n", c.OCB * c.OH * c.ocb), ("%ob", c.OH * c.ocb), ("%oh0", c.ocb))
-    for (r, k), total in rb.row_sums.items():
-        off, w = c.chunks[k]
-        mean = f.op(f"fmul {vty(w)} {f.load(vty(w), total)}, {splat(f, fconst(1.0 / c.OW), w)}")
-        f.store(vty(w), mean, f.gep(rows, f.add(base, r * c.ocb + off)))
 
 
 def _kh_range(f: IRFunction, c: ConvContext) -> tuple[str | int, str | int]:
@@ -864,9 +840,6 @@ def _store_with_epilogue(rb: RowBlock, tile: Tile) -> None:
         rp = f.gep(rb.residual, idx) if rb.residual is not None else None
         value = epilogue(f, intr, f.load(vty(w), s), w, rp, c.activation)
         f.store(vty(w), value, f.gep(rb.out, idx))
-        if c.row_means:
-            total = rb.row_sums[(r, k)]
-            f.store(vty(w), f.op(f"fadd {vty(w)} {f.load(vty(w), total)}, {value}"), total)
         if c.affine_out:
             second = intr.call(f, "fma", w, value, *affine[k])
             f.store(vty(w), epilogue(f, intr, second, w, None, c.affine_activation), f.gep(rb.out2, idx))
@@ -959,10 +932,8 @@ def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0
 
 
 def conv2d_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
-                      affine_out: bool = False, prologue: bool = False, row_means: bool = False,
-                      rows_first: bool = False) -> dict[str, tuple[int, ...] | None]:
-    """The arrays a conv2d kernel takes, by name (:data:`ARGS`; None: not taken), in NCHWc
-    (``row_means``: one per row of :func:`kernel_workload`, as ``rows_first`` is asked)."""
+                      affine_out: bool = False, prologue: bool = False) -> dict[str, tuple[int, ...] | None]:
+    """The arrays a conv2d kernel takes, by name (:data:`ARGS`; None: not taken), in NCHWc."""
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
     icb, ocb = config.ic_bn, config.oc_bn
@@ -970,9 +941,7 @@ def conv2d_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: b
     return dict(data=(N, IC // icb, H, W, icb), weight=(OC // ocb, ICg // icb, KH, KW, icb, ocb), out=out,
                 bias=(OC,) if bias else None, residual=out if residual else None, out2=out if affine_out else None,
                 scale2=(OC,) if affine_out else None, shift2=(OC,) if affine_out else None,
-                scale_in=(IC,) if prologue else None, shift_in=(IC,) if prologue else None,
-                row_means=(N, OC // ocb, kernel_workload(workload, config, rows_first=rows_first, prologue=prologue)
-                           .out_height, 1, ocb) if row_means else None)
+                scale_in=(IC,) if prologue else None, shift_in=(IC,) if prologue else None)
 
 
 class Conv2DKernel(Kernel):
@@ -981,19 +950,18 @@ class Conv2DKernel(Kernel):
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
                  activation: str | tuple | None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None, rows_first: bool = False,
-                 row_means: bool = False):
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False):
         N, IC, H, W = workload.data_shape
         OH, OW = workload.out_height, workload.out_width
         icb = config.ic_bn
         self.workload, self.config, self.activation = workload, config, activation_key(activation)
         shapes = conv2d_arg_shapes(workload, config, bias=bias, residual=residual, affine_out=affine_out,
-                                   prologue=prologue, row_means=row_means, rows_first=rows_first)
+                                   prologue=prologue)
         self.input_shape, self.weight_shape, self.output_shape = shapes["data"], shapes["weight"], shapes["out"]
         self.bias_shape = (workload.out_channels,)
         ir = conv2d_ir(workload, config, bias=bias, residual=residual, activation=activation,
                        affine_out=affine_out, affine_activation=affine_activation, prologue=prologue,
-                       prologue_activation=prologue_activation, rows_first=rows_first, row_means=row_means)
+                       prologue_activation=prologue_activation, rows_first=rows_first)
         self.rows_first = takes_rows_first(workload, config, rows_first, prologue=prologue)  # as generated
         t, l, b, r = workload.padding
         scratch = []
@@ -1053,11 +1021,14 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
 
     Depthwise workloads, and grouped ones whose config holds whole groups in a block
     (:func:`kernels.depthwise.runs_lanewise`), are dispatched to
-    :func:`kernels.depthwise.build_depthwise` (which has no affine second output).
+    :func:`kernels.depthwise.build_depthwise` (which has no affine second output, and alone
+    writes ``row_means``).
     """
     depthwise = depthwise_epilogue(workload, config, dict(bias=bias, residual=residual, activation=activation,
                                                     affine_out=affine_out, prologue=prologue, row_means=row_means))
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)
+    if row_means:
+        raise ValueError(NO_ROW_MEANS)
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
-                        prologue_activation, rows_first, row_means)
+                        prologue_activation, rows_first)

@@ -13,31 +13,22 @@ from kernels.activations import ACTIVATIONS
 from kernels.reference import activate, conv2d_nchw
 
 
-def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None, rows_first=False,
-                    row_means=False):
-    """The kernel's output against numpy's; with ``row_means`` also the mean of each of the
-    kernel's rows (joined rows of a 1x1 conv are consecutive pixels of the plane: one row)."""
+def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None, rows_first=False):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(wl.out_channels, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
-    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first,
-                     row_means=row_means)
+    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
-    rows = np.full(k.arg_shapes["row_means"], np.nan, np.float32) if row_means else None
     run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, cfg.ic_bn, cfg.oc_bn), out, bias=b,
-                 residual=None if res is None else to_blocked(res, cfg.oc_bn), row_means=rows, nthreads=nthreads)
+                 residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
     run()
     expected = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=wl.groups,
                            bias=b, residual=res, activation=activation)
     got = from_blocked(out)
     scale = np.sqrt(np.prod(wl.kernel_shape[1:]))  # sum of K unit-variance products
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * scale * 10)
-    if row_means:
-        n, c, r = rows.shape[0], rows.shape[1] * rows.shape[4], rows.shape[2]
-        want = expected.reshape(n, c, r, -1).mean(axis=3)
-        np.testing.assert_allclose(from_blocked(rows).reshape(n, c, r), want, rtol=1e-4, atol=1e-5 * scale * 10)
     return got
 
 
@@ -132,8 +123,7 @@ def test_random_conv_matches_reference(data):
     ic_bn = draw(st.sampled_from([d for d in range(1, icg + 1) if icg % d == 0]))
     oc_bn = draw(st.sampled_from([d for d in range(1, ocg + 1) if ocg % d == 0]))
     cfg = Conv2DConfig(ic_bn, oc_bn, draw(st.integers(1, 5)), draw(st.booleans()), draw(st.integers(1, 3)))
-    run_and_compare(wl, cfg, bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu"])),
-                    row_means=draw(st.booleans()))
+    run_and_compare(wl, cfg, bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu"])))
 
 
 def test_pack_weight_round_trip_and_layout():
@@ -201,7 +191,7 @@ def test_multi_row_items_with_next_block_prefetch(monkeypatch, rows, oh_bn, per_
         ir = conv2d_ir(wl, cfg)
         assert ir.count("call void @llvm.prefetch") > 0 if per_step else "call void @llvm.prefetch" not in ir
         for n in (1, 3):
-            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n, row_means=True)
+            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
         run_and_compare(wl, cfg)  # no bias: the first batch starts from zero
     finally:
         clear_kernel_caches()
@@ -373,7 +363,7 @@ def test_one_by_one_reduction_in_batches(monkeypatch, budget, groups, oh_bn, row
     clear_kernel_caches()
     try:
         for n in (1, 3):
-            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n, row_means=True)
+            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=n)
         run_and_compare(wl, cfg)  # no bias: the first batch starts from zero
         rng = np.random.default_rng(5)
         k = conv.build_conv2d(wl, cfg, bias=True, affine_out=True, affine_activation="relu6")
@@ -398,7 +388,7 @@ def test_a_1x1_plane_computed_as_one_row_matches_the_reference(ow_bn, nthreads):
     wl = Conv2DWorkload((1, 16, 7, 7), (64, 16, 1, 1))
     cfg = Conv2DConfig(8, 4, ow_bn)
     assert join_rows(wl, cfg, threads=2).data_shape == (1, 16, 1, 49)
-    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, row_means=True)
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads)
     # Few output channel blocks: items split rows, and 7 rows split evenly only into 1s.
     assert join_rows(wl, Conv2DConfig(8, 32, ow_bn), threads=2) == wl
     run_and_compare(wl, Conv2DConfig(8, 32, ow_bn), residual=True)
@@ -417,8 +407,7 @@ def test_1x1_rows_first_items_match_the_reference(two_threads, shape, cfg, nthre
     assert "; items rows first" in conv2d_ir(wl, cfg, rows_first=True)
     # Unasked, only with 8 row tiles per thread (the last shape's 16 rows).
     assert ("; items rows first" in conv2d_ir(wl, cfg)) == (shape[2] == 16)
-    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, rows_first=True,
-                    row_means=True)
+    run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=nthreads, rows_first=True)
 
 
 def test_1x1_convs_with_rows_enough_take_rows_first_unasked(two_threads):
@@ -460,7 +449,7 @@ def test_1x1_rows_joined_within_work_items_match_the_reference(monkeypatch, ow_b
         joined = join_rows(wl, cfg, threads=2)
         assert joined.data_shape == (1, 256, 8, 32)
         assert ic_batch(joined, cfg, 32 << 10) == 16  # of 32 blocks
-        run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2, row_means=True)
+        run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2)
         run_and_compare(wl, cfg, residual=True, nthreads=1)
     finally:
         clear_kernel_caches()  # none built channel blocks first left for later tests

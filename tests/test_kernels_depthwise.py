@@ -84,6 +84,13 @@ def test_row_means_after_the_activation(bn):
     assert not np.allclose(want.mean(axis=3), pre.mean(axis=3), atol=0.05)  # the mean of the activated values
 
 
+def test_row_means_only_on_the_depthwise_template():
+    wl = Conv2DWorkload((1, 32, 6, 6), (32, 4, 3, 3), padding=(1, 1, 1, 1), groups=8)  # 8-lane blocks of 4 groups
+    assert isinstance(build_conv2d(wl, Conv2DConfig(8, 8, 3), row_means=True), DepthwiseKernel)
+    with pytest.raises(ValueError, match="only depthwise kernels write row means"):
+        build_conv2d(wl, Conv2DConfig(4, 4, 3), row_means=True)  # blocks within a group: the dense template
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from([(2, 4), (2, 6), (2, 16), (4, 8), (4, 16), (4, 24), (4, 32)]), st.integers(1, 3),
        st.integers(1, 2), st.tuples(*[st.integers(0, 2)] * 4), st.integers(3, 9), st.integers(1, 6), st.booleans(),

@@ -66,18 +66,14 @@ def test_the_bench_logs_time_every_step_and_carry_their_models_ratios(cpu, model
     # (graph_tuner_step records), so no step's timing noise can move a near-tie. Logs tuned
     # before session 26 lack the chains a conv may run as its input prologue (DenseNet's
     # bn -> relu), which only since then cost what they take where a plan runs them alone;
-    # a log tuned or resumed since (rocketlake's DenseNet-121) has every step. Logs tuned before
-    # session 29 lack the global pools that read their conv's row means (fusion rule 6): their
-    # timings of the plane are another step's (its identity says so). (The znver3 and znver5
-    # logs predate step records.)
+    # a log tuned or resumed since (rocketlake's DenseNet-121) has every step. (The znver3 and
+    # znver5 logs predate step records.)
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import step_timing
-    from graph_tuner.fusion import plan_steps
 
     log = next(p for p in (shipped.DATA_DIR / cpu).iterdir() if p.name.split(".log")[0] == model)
     gt = GraphTuner(model, log)
-    from_rows = {s.ops[0] for s in plan_steps(gt.model) if s.from_rows}
-    lacking = set(gt.flow.prologues) | from_rows if cpu == "znver4" else set()
+    lacking = set(gt.flow.prologues) if cpu == "znver4" else set()
     timed = []
     monkeypatch.setattr(step_timing, "_memo", {})  # no timing of an earlier test (or case) answers
     monkeypatch.setattr(step_timing, "_time_step", lambda m, s, *a: timed.append(s.ops[0]) or 0.01)

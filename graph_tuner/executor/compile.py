@@ -181,7 +181,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     rows_first = _rows_first_convs(model, actions, run_by, arrays, data_key)
     buffers = {k: a for k, a in arrays.items() if isinstance(k, str)}
     moved = {k: a for k, a in arrays.items() if not isinstance(k, str)}
-    rows: dict[str, np.ndarray] = {}  # the row means conv steps write for a pool (fusion rule 6), by their output
+    rows = {s.output: row_means_buffer(model, s, layers[s.ops[0]].out_block) for s in steps if s.pooled}
 
     def read(reader: str, tensor: str, block: int | None = None) -> np.ndarray:
         """The buffer ``reader`` reads ``tensor`` from (checked to be in ``block`` if given)."""
@@ -212,7 +212,7 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
             out_steps.append(_dw_project_step(model, fused_with[s.ops[0]], s, layers, params, read, buffers, weights))
         elif s.kind == "conv":
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers, weights,
-                                        s.ops[0] in rows_first, rows))
+                                        s.ops[0] in rows_first, rows.get(s.output)))
         else:
             fn = _other_fn(model, s, params, read, blocks, buffers[s.output], weights, rows)
             out_steps.append(ProgramStep(s.ops[0], "other", list(s.ops), fn, step_pred.get(s.ops[0])))
@@ -335,16 +335,17 @@ def _rows_first_convs(model: Model, actions: list[tuple], run_by: list, arrays: 
 
 
 def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: WeightArena,
-               rows_first: bool = False, rows: dict | None = None) -> ProgramStep:
+               rows_first: bool = False, row_means: np.ndarray | None = None) -> ProgramStep:
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers;
-    ``rows_first``: its work items rows first (:func:`_rows_first_convs`). A conv whose rows' means
-    a pool reads (fusion rule 6) writes them into a buffer it puts in ``rows``, shaped as its
-    kernel's rows are (a 1x1 conv's kernel may join rows: :func:`kernels.conv2d.kernel_workload`)."""
+    ``rows_first``: its work items rows first (:func:`_rows_first_convs`); ``row_means``: the
+    buffer its epilogue writes its rows' means to (fusion rule 6)."""
     from kernels.conv2d import build_conv2d
     from kernels.winograd import build_winograd, winograd_epilogue
 
     conv = model.op(s.ops[0])
     w, winograd, epilogue, arrays = _conv_arrays(model, s, lc, params, read, buffers, weights)
+    if row_means is not None:
+        arrays["row_means"] = row_means
     if winograd:  # the plan chose its GEMM's record
         try:
             kernel = build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
@@ -353,8 +354,6 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: 
     else:
         # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
         kernel = build_conv2d(w, lc.candidate.config, rows_first=rows_first, **epilogue)
-        if s.pooled is not None:
-            rows[s.output] = arrays["row_means"] = np.empty(kernel.arg_shapes["row_means"], np.float32)
     return ProgramStep(conv.name, "conv", _covered(s), kernel.bind(**arrays), lc.time_ms)
 
 
@@ -405,11 +404,19 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights
     return w, winograd, step_epilogue(model, s), arrays
 
 
+def row_means_buffer(model: Model, s: Step, block: int) -> np.ndarray:
+    """The buffer a depthwise conv group ``s`` writes its rows' means to (fusion rule 6), in
+    ``block``: :func:`kernels.depthwise.row_means_shape`."""
+    from kernels.depthwise import row_means_shape
+
+    return np.empty(row_means_shape(model.workload(model.op(s.ops[0])), block), np.float32)
+
+
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weights: WeightArena,
               rows: dict[str, np.ndarray] | None = None):
     """The call running a non-conv step into ``out`` (a dense or transposed conv's packed
-    weight in ``weights``; ``rows``: the row means conv steps write, by their output, for a pool
-    that reads them)."""
+    weight in ``weights``; ``rows``: the row means depthwise convs write, by their output, for a
+    pool that reads them)."""
     head = model.op(s.ops[0])
     a, k = head.attrs, head.kind
     if s.kind == "elementwise":
@@ -427,9 +434,8 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weig
         from kernels.pooling import build_pool2d
 
         shape = model.op(head.inputs[0]).shape
-        if s.from_rows:  # the mean of its conv's row means (fusion rule 6): a rows x 1 plane
-            x = rows[head.inputs[0]]
-            shape = (x.shape[0], x.shape[1] * x.shape[4], x.shape[2], 1)
+        if s.from_rows:  # the mean of its conv's row means (fusion rule 6): an OH x 1 plane
+            x, shape = rows[head.inputs[0]], (*shape[:3], 1)
         kernel = build_pool2d(shape, blocks[head.name], "avg", shape[2:], (1, 1), (0, 0, 0, 0), (1, 1))
         return kernel.bind(x.reshape(kernel.input_shape), out.reshape(kernel.output_shape))
     if k == "resize":

@@ -117,10 +117,9 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
                  for v in params[op].values() if isinstance(v, np.ndarray))
     builds = 1 if nbytes < COLD_MIN_BYTES else min(64, -(-host_cpu().l3_bytes * 3 // 2 // nbytes))
     weights = WeightArena()  # each build's packed weights at their own place, as the program keeps them
-    # A pool of row means (fusion rule 6) reads an OH x 1 plane its conv wrote (timed so: a 1x1
-    # conv's kernel may join rows, and then writes fewer means)
-    rows = {i: rng.standard_normal((n, c // block, h, 1, block), dtype=np.float32)
-            for i in s.inputs[:1] if s.from_rows for n, c, h, _ in [model.op(i).shape]}
+    # A pool of row means (fusion rule 6) reads an OH x 1 plane its conv wrote
+    rows = {i: rng.standard_normal(_blocked((*model.op(i).shape[:3], 1), block), dtype=np.float32)
+            for i in s.inputs[:1] if s.from_rows}
     fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out, weights, rows) for _ in range(builds)])
 
     def fn() -> None:
