@@ -333,10 +333,11 @@ class GraphTuner:
 
 
 def solve_log(model: Model, log, top_k: int = 20) -> Plan:
-    """The plan ``graph-tuner solve`` makes of ``log`` for ``model`` (a loaded model): the other
-    steps costed (their timings in the log first, :meth:`GraphTuner.benchmark_steps`), the
-    transforms it needs measured (this CPU's cache); what ``bench`` and the benchmarks run.
-    Solved without the steps, a plan leaves them out of the objective and may be another one."""
+    """The plan a solve of ``log`` for ``model`` (a loaded model) makes with the whole network in
+    the objective: the other steps costed (their timings in the log first,
+    :meth:`GraphTuner.benchmark_steps`), the transforms it needs measured (this CPU's cache), as
+    ``graph-tuner solve`` and ``bench`` do; what the benchmarks that need no more of the tuner
+    run. Solved without the steps, a plan leaves them out of the objective and may be another."""
     gt = GraphTuner(model, log, top_k=top_k)
     gt.benchmark_steps()
     return gt.solve(measure=True)

@@ -75,7 +75,7 @@ from typing import Callable
 from graph_tuner.model import Model, Op
 from kernels.activations import activation_key
 from kernels.conv2d import prologue_fits
-from kernels.depthwise import lanewise_groups
+from kernels.depthwise import every_config_lanewise, lanewise_groups
 
 FOLDABLE = frozenset({"batch_norm", "bias_add"})
 # Op kind -> the kernels' activation (kernels.activations.ACTIVATIONS) it is, with its
@@ -334,19 +334,15 @@ def plan_steps(model: Model, blocks: dict[str, int] | None = None,
     for s in steps:
         g = owner.get(s.inputs[0]) if s.kind == "global_avg_pool" and POOL_ROW_MEANS else None
         if (g is not None and g.kind == "conv" and g.output == s.inputs[0] and g.pooled is None
-                and _writes_row_means(model.workload(model.op(g.ops[0])))
+                and every_config_lanewise(model.workload(model.op(g.ops[0])))
+                # Costed without ``reads`` (every layout agreeing): a pool computes in its input's
+                # block (layout_flow.AGNOSTIC_KINDS), so a plan never reads its input transformed
                 and (reads is None or reads(s.ops[0], g.output) == blocks.get(g.output))):
             g.pooled, s.from_rows = s, True
     steps += groups
     # Run each step where its last op sits in the model's topological order.
     steps.sort(key=lambda s: order[s.ops[-1]])
     return steps
-
-
-def _writes_row_means(w) -> bool:
-    """Whether every config runs conv ``w`` on the depthwise template, whose epilogue can write
-    row means: a depthwise conv with as many output channels as input (:func:`kernels.depthwise.runs_lanewise`)."""
-    return w.is_depthwise and lanewise_groups(w)
 
 
 def prologue_chains(model: Model, steps: list[Step] | None = None) -> dict[str, str]:

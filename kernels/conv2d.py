@@ -76,7 +76,7 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "supported"]
 
-NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"
+NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"  # then the workload, config
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
 ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in")
 SCRATCH_ARG = len(ARGS)
@@ -494,7 +494,7 @@ def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = Fa
     if prologue and not prologue_fits(workload):
         raise ValueError(f"an input prologue needs an unpadded 1x1 conv without groups, got {workload}")
     if row_means:
-        raise ValueError(NO_ROW_MEANS)
+        raise ValueError(f"{NO_ROW_MEANS}: {workload}, {config}")
     return _conv2d_text(workload, config, name, lanes or host_cpu().lanes, num_threads(), bias, residual, activation,
                         affine_out, affine_activation, prologue, prologue_activation,
                         takes_rows_first(workload, config, rows_first, prologue=prologue))
@@ -1029,6 +1029,6 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     if depthwise is not None:
         return build_depthwise(workload, config, **depthwise)
     if row_means:
-        raise ValueError(NO_ROW_MEANS)
+        raise ValueError(f"{NO_ROW_MEANS}: {workload}, {config}")
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
                         prologue_activation, rows_first)

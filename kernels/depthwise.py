@@ -41,8 +41,8 @@ from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir", "lanewise_groups",
-           "row_means_shape", "runs_lanewise"]
+__all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir", "every_config_lanewise",
+           "lanewise_groups", "row_means_shape", "runs_lanewise"]
 
 
 def lanewise_groups(workload: Conv2DWorkload) -> bool:
@@ -70,7 +70,21 @@ def runs_lanewise(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     if not lanewise_groups(workload):
         return False
     g = workload.kernel_shape[1]
-    return g == 1 or (config.ic_bn == config.oc_bn and config.oc_bn > g and config.oc_bn % g == 0)
+    return every_config_lanewise(workload) or (config.ic_bn == config.oc_bn and config.oc_bn > g
+                                               and config.oc_bn % g == 0)
+
+
+def every_config_lanewise(workload: Conv2DWorkload) -> bool:
+    """Whether this template runs ``workload`` whatever its config: a depthwise conv (one
+    channel per group in and out). What may rely on this template's epilogue before a config is
+    chosen (its row means: :mod:`graph_tuner.fusion`, rule 6) asks this.
+
+    >>> every_config_lanewise(Conv2DWorkload((1, 8, 4, 4), (8, 1, 3, 3), groups=8))
+    True
+    >>> every_config_lanewise(Conv2DWorkload((1, 8, 4, 4), (8, 4, 3, 3), groups=2))
+    False
+    """
+    return lanewise_groups(workload) and workload.kernel_shape[1] == 1
 
 
 def check_depthwise(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
@@ -220,7 +234,7 @@ def row_means_shape(workload: Conv2DWorkload, bn: int) -> tuple[int, ...]:
 
 
 class DepthwiseKernel(Kernel):
-    """A compiled NCHWc depthwise conv2d: ``k(data, weight, out, bias=None, residual=None)``."""
+    """A compiled NCHWc depthwise conv2d: ``k(data, weight, out, bias=None, residual=None, row_means=None)``."""
 
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
                  activation: str | tuple | None, row_means: bool = False):

@@ -75,8 +75,8 @@ def winograd_epilogue(epilogue: dict) -> dict:
     """:func:`kernels.conv2d.build_conv2d`'s epilogue arguments as :func:`build_winograd` takes
     them (bias, residual, activation, the affine second output); ValueError for an input
     prologue, which it has not (only 1x1 convs get one)."""
-    if epilogue.get("prologue"):
-        raise ValueError("Winograd kernels have no input prologue")
+    if epilogue.get("prologue") or epilogue.get("row_means"):
+        raise ValueError("Winograd kernels have no input prologue and write no row means")
     return {k: epilogue[k] for k in ("bias", "residual", "activation", "affine_out", "affine_activation")
             if k in epilogue}
 

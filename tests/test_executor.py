@@ -401,9 +401,9 @@ def test_a_squeeze_pool_reads_the_depthwise_convs_row_means():
     assert len(last) == 1 and not last[0].from_rows  # after the concat: no conv writes its row means
     for block in (1, 4, 8, 16):
         prog = _check(m, uniform_plan(m, block), names=["pool", "project"])
-        assert any(s.name == "pool" for s in prog.steps)  # it runs, on the row means
-    ms = step_ms(m, {"pool": [1, 8]}, repeat=3)["pool"]
-    assert ms[1] > 0 and ms[8] > 0  # costed as it runs: on the row means, plain or blocked
+        pool = next(s for s in prog.steps if s.name == "pool").fn.keep[0]  # its kernel
+        assert pool.input_shape[2:4] == (8, 1)  # it reads 8 row means per channel, not the 8 x 8 plane
+    step_ms(m, {"pool": [1, 8]}, repeat=3)  # costed as it runs: on the row means, plain or blocked
     # ... and logged under another identity than a pool of the plane: a log's old timing is not its
     assert step_identities(_pool_after(groups=16))["pool"] != step_identities(_pool_after(groups=1))["pool"]
 
@@ -424,6 +424,8 @@ def test_no_row_means_where_the_pool_reads_another_layout_or_a_dense_conv():
     steps = {s.ops[0]: s for s in plan_steps(m, {op.name: 8 for op in m.ops}, {}, reads)}
     assert not steps["pool"].from_rows and steps["dw"].pooled is None
     assert not {s.ops[0]: s for s in plan_steps(_pool_after(groups=1))}["pool"].from_rows
+    # Groups of 4 channels: only a config whose blocks hold whole groups runs the depthwise template
+    assert not {s.ops[0]: s for s in plan_steps(_pool_after(groups=4))}["pool"].from_rows
 
 
 @pytest.mark.parametrize("project_block", [4, 8])
@@ -449,8 +451,9 @@ def test_a_squeeze_excite_scale_runs_alone_where_the_plan_transforms_it(project_
 def test_no_squeeze_excite_prologue_for_a_batch():
     """At batch 2 each image has its own gate; the prologue's scale is one per channel."""
     m = _squeeze_excite(batch=2)
-    assert not {s.ops[0]: s for s in plan_steps(m)}["scale"].fused
-    _check(m, uniform_plan(m, 8), names=["project"])
+    steps = {s.ops[0]: s for s in plan_steps(m)}
+    assert not steps["scale"].fused and steps["pool"].from_rows  # each image's row means, its own
+    _check(m, uniform_plan(m, 8), names=["project", "pool"])
 
 
 def test_no_prologue_when_the_conv_reads_another_layout():

@@ -225,9 +225,9 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
     inputs = {n: buffers[n] for n in model.inputs}
     tensors = {n: (b, tuple(model.op(n).shape)) for n, b in buffers.items() if n in kept}
     prog = Program(model.name, out_steps, inputs, outputs, plan.cost, tensors)
-    prog.buffer_bytes = sum(b.nbytes for b in owned)  # the whole buffers, not the views into them
+    prog.buffer_bytes = sum(b.nbytes for b in [*owned, *rows.values()])  # the whole buffers, not the views into them
     prog.weights = weights
-    prog.tensor_bytes = sum(a.nbytes for a in arrays.values())
+    prog.tensor_bytes = sum(a.nbytes for a in [*arrays.values(), *rows.values()])
     return prog
 
 
