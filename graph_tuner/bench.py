@@ -173,8 +173,8 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
                     f"{vs['interval90'][0]:.3f}-{vs['interval90'][1]:.3f})" if vs else "")
                  + (f"  planned steps: predicted {r['predicted_ms']:.3f} (log) / {r['retimed_predicted_ms']:.3f} "
                     f"(re-timed now{' at its in-network ratios' if k == 'graph_tuned' else ''}), "
-                    f"measured in the network {r['measured_planned_ms']:.3f} ms, whole run "
-                    f"{100 * (r['predicted_ms'] / r['median_ms'] - 1):+.1f}% predicted"
+                    f"measured in the network {r['measured_planned_ms']:.3f} ms; the log's prediction "
+                    f"{100 * (r['predicted_ms'] / r['median_ms'] - 1):+.1f}% of the whole run"
                     if k in programs else ""))
     entry = {"log": str(log), "threads": threads, "batch": model.batch, "runtimes": runtimes, "notes": notes,
              "host": host}
