@@ -26,7 +26,9 @@ from typing import Callable
 
 def probe_call() -> tuple[Callable[[], None], float]:
     """A one-thread call of the probe (a 256-channel 14x14 3x3 conv, about 2.3 ms at
-    100 GFLOP/s) on random buffers, and the FLOPs of one call."""
+    100 GFLOP/s) on random buffers, and the FLOPs of one call. Its buffers start on a cache
+    line from session 30 (:func:`kernels.timing.random_array`): it reads about 1.3x the
+    GFLOP/s that sessions before read on the same host."""
     from kernels import Conv2DConfig, Conv2DWorkload, build_conv2d, random_array
 
     wl = Conv2DWorkload((1, 256, 14, 14), (256, 256, 3, 3), padding=(1, 1, 1, 1))

@@ -7,13 +7,13 @@ process to process, are the likely reasons, not measured apart; benchmarks/READM
 numpy asks for huge pages only from 4 MB up, and only the 2 MiB-aligned part of a buffer
 can get them, so :func:`zeros` aligns the buffer to 2 MiB itself and asks the kernel
 (``madvise(MADV_HUGEPAGE)``; Linux with THP in ``madvise`` or ``always`` mode). Elsewhere,
-or below ``MIN_BYTES``, it is a plain ``np.zeros``.
+or below ``MIN_BYTES``, it is in 4 KiB pages, starting on a cache line (:data:`SMALL_ALIGN`).
 
 >>> a = zeros(3 << 20)
 >>> a.dtype, a.shape, float(a.max()), a.ctypes.data % HUGE_PAGE == 0 or not sys.platform.startswith("linux")
 (dtype('float32'), (3145728,), 0.0, True)
->>> zeros(10).shape
-(10,)
+>>> zeros(10).shape, zeros(10).ctypes.data % 64
+((10,), 0)
 """
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ HUGE_PAGE = 2 << 20  # bytes (x86-64)
 # Smaller buffers stay in 4 KiB pages; one of 1-2 MiB takes a whole 2 MiB page (at most 2x its
 # size, for the few largest activations of a network: the A/B in benchmarks/README.md used this).
 MIN_BYTES = 1 << 20
+# Bytes: every buffer starts on a cache line, as the kernels' vector loads and stores assume
+# (NCHW16c rows are whole lines). numpy's own start (16 bytes into a line for malloc'd
+# arrays) split every 64-byte weight load and accumulator store across two lines.
+SMALL_ALIGN = 64
 _MADV_HUGEPAGE = 14
 _libc = None
 
@@ -42,7 +46,7 @@ def empty(size: int) -> np.ndarray:
     memory is committed only as it is first written (a reservation that may stay mostly
     unused costs address space, not memory)."""
     if 4 * size < MIN_BYTES or not sys.platform.startswith("linux"):
-        return np.empty(size, np.float32)
+        return aligned_empty(size, SMALL_ALIGN)
     out = aligned_empty(size, HUGE_PAGE)
     _advise(out.ctypes.data, -(-4 * size // HUGE_PAGE) * HUGE_PAGE)
     return out

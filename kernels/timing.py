@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 
+from kernels import hugepages
 from kernels.hugepages import aligned_empty
 
 
@@ -50,11 +52,19 @@ def random_array(shape, seed: int = 0) -> np.ndarray:
     each array afresh (float64, then cast) took 11% of tuning Inception-v3 (session 23): the
     tuner asks for a kernel's every buffer at every measurement, and a copy is 4-8x cheaper.
 
+    Allocated as the executor allocates (:func:`kernels.hugepages.empty`): on a cache line,
+    in huge pages from 1 MiB. With numpy's own start (16-48 bytes into a line) every vector
+    load of the weights split across two lines, which the network's weights (64-byte aligned
+    in its arena) never do: hot, on one thread, the host probe's 3x3 conv took 1.27-1.32x the
+    time and two of ResNeXt-50's 1x1 convs 1.06-1.10x (session 30, benchmarks/README.md).
+
     >>> a = random_array((3, 5), seed=1)
     >>> a.shape, a.dtype, bool((a == random_array((3, 5), seed=1)).all()), bool((a == random_array((3, 5))).all())
     ((3, 5), dtype('float32'), True, False)
+    >>> a.ctypes.data % 64
+    0
     """
-    out = np.empty(shape, np.float32)
+    out = hugepages.empty(math.prod(shape)).reshape(shape)  # where and how the executor allocates
     _fill(out.reshape(-1), seed)
     return out
 
