@@ -17,7 +17,8 @@ Runner = tuple[Callable[[], object], np.ndarray]
 OTHER_RUNTIMES = ("openvino", "onnxruntime", "pytorch")  # the rivals, in the order results list them
 
 
-def _onnx_file(model, params: dict, folder: Path) -> Path:
+def onnx_file(model, params: dict, folder: Path) -> Path:
+    """The model with these weights exported to ONNX in ``folder``: what the other runtimes run."""
     from graph_tuner.onnx_export import save_onnx
 
     path = folder / f"{model.name}.onnx"
@@ -32,7 +33,7 @@ def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder:
         import onnxruntime as ort
     except ImportError:
         return "onnxruntime not importable (pip install onnxruntime)"
-    path = _onnx_file(model, params, folder)
+    path = onnx_file(model, params, folder)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -46,6 +47,12 @@ def onnxruntime_runner(model, params: dict, x: np.ndarray, threads: int, folder:
     feed = {model.inputs[0]: x}
     out = sess.run(None, feed)[0]
     return (lambda: sess.run(None, feed)), out
+
+
+def openvino_config(threads: int) -> dict:
+    """OpenVINO's CPU plugin settings for one latency-bound request on ``threads`` threads, f32."""
+    return {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": threads,
+            "INFERENCE_PRECISION_HINT": "f32"}
 
 
 def openvino_runner(model, params: dict, x: np.ndarray, threads: int, folder: Path) -> Runner | str:
@@ -62,9 +69,7 @@ def openvino_runner(model, params: dict, x: np.ndarray, threads: int, folder: Pa
     except ImportError:
         return "OpenVINO not importable: skipped (pip install -e '.[bench]')"
     core = ov.Core()
-    config = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_NUM_THREADS": threads,
-              "INFERENCE_PRECISION_HINT": "f32"}
-    compiled = core.compile_model(core.read_model(_onnx_file(model, params, folder)), "CPU", config)
+    compiled = core.compile_model(core.read_model(onnx_file(model, params, folder)), "CPU", openvino_config(threads))
     precision = compiled.get_property("INFERENCE_PRECISION_HINT")
     if precision != ov.Type.f32:
         return f"OpenVINO compiled the model for {precision}, not f32: skipped"
