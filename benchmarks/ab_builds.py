@@ -11,8 +11,8 @@ Both builds run on the same seeded weights and input, their outputs checked equa
 rounds interleave every runner in rotating order (``graph_tuner.rounds.timed_rounds``), and
 each ratio pairs rounds (``paired_ratio``): above 1, that runner took longer than the current
 build. The host probe (a one-thread conv) says whether the host was calm: about 100 GFLOP/s
-on the Zen 3 EPYC, 115 on the Zen 4 one, with its buffers where numpy put them; from session 30
-they start on a cache line (``kernels.timing.random_array``), and the probe reads about 1.3x that.
+on the Zen 3 EPYC, 115 on the Zen 4 one, before session 30 put its buffers on a cache line
+(``graph_tuner.host_state.PROBE_VERSION``: on the rocketlake Xeon it then read about 1.3x).
 """
 from __future__ import annotations
 

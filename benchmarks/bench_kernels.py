@@ -67,7 +67,7 @@ def sweep(wl: Conv2DWorkload, lanes: int, quick: bool) -> list[Conv2DConfig]:
 
 def time_ours(wl, cfg, min_repeat_ms):
     k = build_conv2d(wl, cfg)
-    run = k.bind(random_array(k.input_shape), random_array(k.weight_shape, 1), np.empty(k.output_shape, np.float32))
+    run = k.bind(random_array(k.input_shape), random_array(k.weight_shape, 1), random_array(k.output_shape, 2))
     return measure(run, min_repeat_ms=min_repeat_ms, repeat=7, warmup=3)
 
 
@@ -192,7 +192,7 @@ def main(argv=None) -> None:
         row = []
         for src, dst in [(None, 16), (16, None), (16, 64), (64, 16), (32, 16), (None, 64), (64, None)]:
             t = build_transform(shape, src, dst)
-            run = t.bind(random_array(t.input_shape), np.empty(t.output_shape, np.float32))
+            run = t.bind(random_array(t.input_shape), random_array(t.output_shape, 1))
             m = measure(run, min_repeat_ms=args.min_repeat_ms / 2, repeat=5)
             row.append(f"{src or 'NCHW'}->{dst or 'NCHW'} {m.median_s * 1e6:6.1f}us {t.nbytes_moved / m.median_s / 1e9:5.1f}")
         print(f"{str(shape):18s} " + " | ".join(row))

@@ -5,13 +5,13 @@
 OpenVINO's CPU plugin profiles every node it runs (``PERF_COUNT``; each node's time and the
 primitive that ran it, e.g. oneDNN's ``brgconv_avx512_1x1_f32``). Its node names are those of
 its fused graph, not the model's layers, so the two sides are summed by kind, not matched
-node to node: OpenVINO's by the primitive, ours by the conv's kernel size and grouping
-(1x1, 3x3 grouped, 3x3 depthwise, ...) or the step's category. Our plan is the one
-``graph-tuner solve`` makes from the log shipped for this CPU. The rounds alternate the two:
-in each, OpenVINO's profile over ``repeat`` runs (each node's median) and our program's
-(:meth:`Program.profile`); a kind's figure is its median over the rounds, so both sides see
-the host in the same states. The profiles' totals are printed with each side's whole-run
-median, to show how much the profiling itself adds.
+node to node: OpenVINO's by the primitive, ours by the kernel size and grouping of the convs
+a step runs (``1x1``, ``3x3 grouped``, ``3x3 depthwise + 1x1`` for a fused pair, ...) or the
+step's category. Our plan is the one ``graph-tuner solve`` makes from the log shipped for this
+CPU. Each round takes OpenVINO's profile over ``repeat`` runs (each node's median), our
+program's (:meth:`Program.profile`), and both runs unprofiled; a figure is its median over the
+rounds, so both sides see the host in the same states. Both profiles are scaled as ours is,
+so that a profile's kinds sum to its own median profiled run.
 """
 from __future__ import annotations
 
@@ -27,38 +27,35 @@ from graph_tuner.api import solve_log
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
-from graph_tuner.runtimes import onnx_file, openvino_config
+from graph_tuner.runtimes import openvino_compiled, openvino_runner
 from graph_tuner.shipped import shipped_log
 from kernels.threads import num_threads
 
 
 def our_kind(model, step) -> str:
-    """A profile step's kind: its conv's kernel and grouping, else its category."""
-    if step.category != "conv":
-        return step.category
+    """A profile step's kind: the kernel and grouping of the convs it runs, else its category."""
     kinds = []
-    for name in step.name.split("+"):  # a fused step: "depthwise+project"
-        wl = model.workload(name)
-        kh, kw = wl.kernel_shape[2:]
-        group = ("" if wl.groups == 1 else " depthwise" if wl.groups == wl.data_shape[1] else " grouped")
-        kinds.append(f"{kh}x{kw}{group}")
-    return "conv " + " + ".join(kinds)
+    for name in step.ops:
+        if model.op(name).kind == "conv2d":
+            wl = model.workload(name)
+            kh, kw = wl.kernel_shape[2:]
+            kinds.append(f"{kh}x{kw}" + ("" if wl.groups == 1 else " depthwise" if wl.is_depthwise else " grouped"))
+    return "conv " + " + ".join(kinds) if step.category == "conv" and kinds else step.category
 
 
-def openvino_request(model, params, x, threads: int, folder: Path):
-    """An infer request of the model in OpenVINO, profiled, run once."""
-    import openvino as ov
+def scaled(by_kind: dict[str, float], run_ms: float) -> dict[str, float]:
+    """The kinds scaled to sum to ``run_ms``, as :meth:`Program.profile` scales our steps.
 
-    core = ov.Core()
-    config = {**openvino_config(threads), "PERF_COUNT": True}  # as graph-tuner bench sets it, profiled
-    request = core.compile_model(core.read_model(onnx_file(model, params, folder)), "CPU",
-                                 config).create_infer_request()
-    request.infer({0: x})
-    return request
+    >>> scaled({"a": 1.0, "b": 3.0}, 8.0)
+    {'a': 2.0, 'b': 6.0}
+    """
+    total = sum(by_kind.values())
+    return {k: ms * run_ms / total for k, ms in by_kind.items()} if total else by_kind
 
 
 def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float]:
-    """``{primitive: ms}`` (each node's median over ``repeat`` runs, summed by primitive) and the median run."""
+    """``{primitive: ms}`` (each node's median over ``repeat`` runs, summed by primitive, scaled
+    to the median run) and the median profiled run."""
     per_node, kind, walls = collections.defaultdict(list), {}, []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -70,7 +67,17 @@ def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float]:
     by_kind: dict[str, float] = collections.defaultdict(float)
     for node, ms in per_node.items():
         by_kind[kind[node]] += float(np.median(ms))
-    return dict(by_kind), float(np.median(walls)) * 1e3
+    run_ms = float(np.median(walls)) * 1e3
+    return scaled(by_kind, run_ms), run_ms
+
+
+def median_run_ms(call, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
 
 
 def main() -> None:
@@ -84,26 +91,34 @@ def main() -> None:
     x = seeded_input(model)
     prog = compile_model(model, solve_log(model, shipped_log(model.name)), params)
     prog.set_inputs(x)
-    request = openvino_request(model, params, x, num_threads(), Path(tempfile.mkdtemp()))
+    with tempfile.TemporaryDirectory() as folder:
+        profiled = openvino_compiled(model, params, num_threads(), Path(folder), PERF_COUNT=True)
+        plain = openvino_runner(model, params, x, num_threads(), Path(folder))
+    if isinstance(profiled, str) or isinstance(plain, str):
+        raise SystemExit(profiled if isinstance(profiled, str) else plain)
+    request = profiled.create_infer_request()
+    request.infer({0: x})
     ours: dict[str, list[float]] = collections.defaultdict(list)
     theirs: dict[str, list[float]] = collections.defaultdict(list)
-    walls = {"ours": [], "OpenVINO": []}
+    runs: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(args.rounds):
-        by_kind, wall = openvino_profile(request, x, args.repeat)
+        by_kind, profiled_ms = openvino_profile(request, x, args.repeat)
+        runs["OpenVINO profiled"].append(profiled_ms)
         for k, ms in by_kind.items():
             theirs[k].append(ms)
-        walls["OpenVINO"].append(wall)
-        walls["ours"].append(prog.benchmark(repeat=args.repeat).median_s * 1e3)
+        runs["OpenVINO"].append(median_run_ms(plain[0], args.repeat))
+        runs["ours"].append(prog.benchmark(repeat=args.repeat).median_s * 1e3)
         summed: dict[str, float] = collections.defaultdict(float)
         for s in prog.profile(repeat=args.repeat).steps:
             summed[our_kind(model, s)] += s.median_ms
         for k, ms in summed.items():
             ours[k].append(ms)
-    print(f"{model.name}: {args.rounds} rounds of {args.repeat} runs, {num_threads()} threads; medians over rounds")
+    print(f"{model.name}: {args.rounds} rounds of {args.repeat} runs, {num_threads()} threads; medians over "
+          f"rounds; runs: ours {np.median(runs['ours']):.3f} ms, OpenVINO {np.median(runs['OpenVINO']):.3f} "
+          f"({np.median(runs['OpenVINO profiled']):.3f} profiled)")
     for side, table in (("ours", ours), ("OpenVINO", theirs)):
         rows = sorted(((k, float(np.median(v))) for k, v in table.items()), key=lambda kv: -kv[1])
-        total = sum(ms for _, ms in rows)
-        print(f"  {side}: whole run {np.median(walls[side]):.3f} ms, profile {total:.3f} ms")
+        print(f"  {side}: profile {sum(ms for _, ms in rows):.3f} ms")
         for k, ms in rows:
             if ms >= 0.005:
                 print(f"    {k:<34} {ms:8.3f} ms")

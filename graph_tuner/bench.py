@@ -26,7 +26,8 @@ import numpy as np
 from graph_tuner.bench_chart import write_chart
 from graph_tuner.bench_history import OUR_PLANS, find_regressions, previous_results
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.host_state import FORK_JOIN_CALLS, describe as describe_host, fork_join_call, probe_call
+from graph_tuner.host_state import (FORK_JOIN_CALLS, PROBE_VERSION, describe as describe_host, fork_join_call,
+                                    probe_call)
 from graph_tuner.plan_run import prediction_checks, seeded_input
 from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import OTHER_RUNTIMES, onnxruntime_runner, openvino_runner, pytorch_runner
@@ -150,7 +151,8 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
 
     probe, probe_flops = probe_call()  # the host's speed, timed in the same rounds (graph_tuner.host_state)
     by_round = timed_rounds({**runners, HOST_PROBE: probe, FORK_JOIN_PROBE: fork_join_call()}, repeat)
-    host = {"conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)],
+    host = {"probe_version": PROBE_VERSION,
+            "conv_gflops_rounds": [round(probe_flops / np.median(r) / 1e9, 1) for r in by_round.pop(HOST_PROBE)],
             "fork_join_us_rounds": [round(np.median(r) / FORK_JOIN_CALLS * 1e6, 2)
                                     for r in by_round.pop(FORK_JOIN_PROBE)]}
     print_fn(f"{name:<14} host: {describe_host(host)}")

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from graph_tuner import host_state
 from graph_tuner.host_state import speed as host_speed
 
 REGRESSION_THRESHOLD = 0.05
@@ -76,7 +77,8 @@ def find_regressions(current: dict, previous: dict, threshold: float = REGRESSIO
         if ort_now and ort_then and ort_then.get("median_ms"):
             yardstick = ort_now["median_ms"] / ort_then["median_ms"] - 1
         host_now, host_then = (host_speed(e.get("host") or {}) for e in (entry, then_entry))
-        host_change = host_now / host_then - 1 if host_now and host_then else None
+        comparable = host_state.comparable(entry.get("host") or {}, then_entry.get("host") or {})
+        host_change = host_now / host_then - 1 if host_now and host_then and comparable else None
         for runtime, now in runtimes.items():
             then = before.get(runtime)
             if not now or not then or not then.get("median_ms"):

@@ -55,8 +55,9 @@ def openvino_config(threads: int) -> dict:
             "INFERENCE_PRECISION_HINT": "f32"}
 
 
-def openvino_runner(model, params: dict, x: np.ndarray, threads: int, folder: Path) -> Runner | str:
-    """A zero-argument call running the model in OpenVINO's CPU plugin, and its output; or why not.
+def openvino_compiled(model, params: dict, threads: int, folder: Path, **extra):
+    """The model compiled by OpenVINO's CPU plugin (:func:`openvino_config`, and ``extra``
+    settings such as ``PERF_COUNT=True``), or why not.
 
     Set as an informed user would for one latency-bound request: ``PERFORMANCE_HINT``
     LATENCY, one stream, ``threads`` inference threads (the bench's), and the inference
@@ -69,10 +70,20 @@ def openvino_runner(model, params: dict, x: np.ndarray, threads: int, folder: Pa
     except ImportError:
         return "OpenVINO not importable: skipped (pip install -e '.[bench]')"
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(onnx_file(model, params, folder)), "CPU", openvino_config(threads))
+    compiled = core.compile_model(core.read_model(onnx_file(model, params, folder)), "CPU",
+                                  {**openvino_config(threads), **extra})
     precision = compiled.get_property("INFERENCE_PRECISION_HINT")
     if precision != ov.Type.f32:
         return f"OpenVINO compiled the model for {precision}, not f32: skipped"
+    return compiled
+
+
+def openvino_runner(model, params: dict, x: np.ndarray, threads: int, folder: Path) -> Runner | str:
+    """A zero-argument call running the model in OpenVINO's CPU plugin
+    (:func:`openvino_compiled`), and its output; or why not."""
+    compiled = openvino_compiled(model, params, threads, folder)
+    if isinstance(compiled, str):
+        return compiled
     request = compiled.create_infer_request()
     feed = {0: x}
     request.infer(feed)

@@ -27,8 +27,8 @@ HUGE_PAGE = 2 << 20  # bytes (x86-64)
 # size, for the few largest activations of a network: the A/B in benchmarks/README.md used this).
 MIN_BYTES = 1 << 20
 # Bytes: every buffer starts on a cache line, as the kernels' vector loads and stores assume
-# (NCHW16c rows are whole lines). numpy's own start (16 bytes into a line for malloc'd
-# arrays) split every 64-byte weight load and accumulator store across two lines.
+# (NCHW16c rows are whole lines). numpy's own start (16-48 bytes into a line, as malloc
+# gives it) split every 64-byte vector load and store across two lines.
 SMALL_ALIGN = 64
 _MADV_HUGEPAGE = 14
 _libc = None

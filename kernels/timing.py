@@ -24,7 +24,6 @@ from typing import Callable, Iterable
 import numpy as np
 
 from kernels import hugepages
-from kernels.hugepages import aligned_empty
 
 
 __all__ = ["Timing", "cold_arrays", "measure", "random_array"]
@@ -137,7 +136,7 @@ def cold_arrays(bind: Callable[..., Callable[[], None]], arrays: dict[str, np.nd
     return run
 
 
-_ALIGN = 16  # floats in a 64-byte cache line
+_ALIGN = hugepages.SMALL_ALIGN // 4  # floats in a cache line
 _pool = np.empty(0, np.float32)
 
 
@@ -153,7 +152,7 @@ def _cold_pool(floats: int) -> np.ndarray:
     whatever was last written there (a transform's timed output, say): finite, not a pattern."""
     global _pool
     if _pool.size < floats:
-        _pool = aligned_empty(floats, 4 * _ALIGN)
+        _pool = hugepages.aligned_empty(floats, 4 * _ALIGN)
         _fill(_pool)
     return _pool
 

@@ -43,8 +43,9 @@ Key = tuple[tuple[int, int, int, int], int, int]
 # Bumped whenever time_transform measures differently or the kernels it times change:
 # timings of another protocol are not comparable, so they live in another file. v2: cold caches, warm source, awake pool;
 # v3: no flush, warm source, destination from memory (cold_arrays); v4: v3 with session 24's
-# kernels (vector runs between blocks, register tiles into NCHW: 0.21-0.87x the time).
-PROTOCOL = "v4"
+# kernels (vector runs between blocks, register tiles into NCHW: 0.21-0.87x the time); v5: v4 on
+# buffers that start on a cache line (kernels.timing.random_array, session 30).
+PROTOCOL = "v5"
 
 
 def normalize_key(key) -> Key:

@@ -407,9 +407,11 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights
 def row_means_buffer(model: Model, s: Step, block: int) -> np.ndarray:
     """The buffer a depthwise conv group ``s`` writes its rows' means to (fusion rule 6), in
     ``block``: :func:`kernels.depthwise.row_means_shape`."""
+    from kernels import hugepages
     from kernels.depthwise import row_means_shape
 
-    return np.empty(row_means_shape(model.workload(model.op(s.ops[0])), block), np.float32)
+    shape = row_means_shape(model.workload(model.op(s.ops[0])), block)
+    return hugepages.empty(int(np.prod(shape))).reshape(shape)
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weights: WeightArena,

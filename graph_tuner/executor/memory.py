@@ -183,7 +183,7 @@ class WeightArena:
     """The program's packed weights, copied in the order they are kept (run order) into
     one huge-page reservation (:func:`kernels.hugepages.empty`: memory is committed as it
     is written), each weight 64-byte aligned from the reservation's start (2 MiB-aligned on
-    Linux; elsewhere numpy's alignment); a weight that does not fit starts another.
+    Linux; elsewhere a cache line); a weight that does not fit starts another.
 
     At batch 1 every layer's weights stream from memory on every run (ResNeXt-50 has 95 MB
     of them). As numpy allocates them, most sit in 4 KiB pages (numpy asks for huge pages
@@ -209,7 +209,8 @@ class WeightArena:
     def keep(self, weight: np.ndarray) -> np.ndarray:
         """A copy of ``weight`` (float32) in the arena, of its shape."""
         weight = np.asarray(weight, np.float32)
-        start = -(-self._used // 16) * 16  # 16 floats: 64 bytes, a cache line
+        line = hugepages.SMALL_ALIGN // 4  # floats in a cache line
+        start = -(-self._used // line) * line
         if not self.chunks or start + weight.size > self.chunks[-1].size:
             self._done += self._used
             self.chunks.append(hugepages.empty(max(self.RESERVE_BYTES // 4, weight.size)))

@@ -89,10 +89,11 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     """Milliseconds of ``s`` run in ``block`` (its 4-d tensors blocked, the rest plain)."""
     from graph_tuner.executor.compile import _other_fn
     from graph_tuner.executor.memory import WeightArena
+    from kernels import hugepages
     from kernels.jit import host_cpu
-    from kernels.timing import measure
+    from kernels.timing import measure, random_array
 
-    rng = np.random.default_rng(0)
+    # Buffers placed as the executor places them (kernels.timing.random_array): on a cache line.
     inputs: dict[tuple, np.ndarray] = {}
 
     def block_of(tensor: str) -> int:
@@ -101,11 +102,12 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     def read(reader: str, tensor: str, b: int | None = None) -> np.ndarray:
         shape = _blocked(model.op(tensor).shape, block_of(tensor) if b is None else b)
         if (tensor, shape) not in inputs:  # one buffer per input, whichever call reads it
-            inputs[tensor, shape] = rng.standard_normal(shape, dtype=np.float32)
+            inputs[tensor, shape] = random_array(shape, seed=len(inputs))
         return inputs[tensor, shape]
 
     blocks = {n: block_of(n) for n in s.ops}
-    out = np.empty(_blocked(model.op(s.output).shape, block_of(s.output)), np.float32)
+    out_shape = _blocked(model.op(s.output).shape, block_of(s.output))
+    out = hugepages.empty(int(np.prod(out_shape))).reshape(out_shape)
     # The step's parameters come from memory on every call, as in the network, where they were
     # last read an inference ago, while its input stays in cache (the step before just wrote
     # it). Timed with hot weights, MobileNet-v2's classifier (a 5 MB dense) was costed 0.094 ms
@@ -118,7 +120,7 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
     builds = 1 if nbytes < COLD_MIN_BYTES else min(64, -(-host_cpu().l3_bytes * 3 // 2 // nbytes))
     weights = WeightArena()  # each build's packed weights at their own place, as the program keeps them
     # A pool of row means (fusion rule 6) reads an OH x 1 plane its conv wrote
-    rows = {i: rng.standard_normal(_blocked((*model.op(i).shape[:3], 1), block), dtype=np.float32)
+    rows = {i: random_array(_blocked((*model.op(i).shape[:3], 1), block), seed=7)
             for i in s.inputs[:1] if s.from_rows}
     fns = itertools.cycle([_other_fn(model, s, params, read, blocks, out, weights, rows) for _ in range(builds)])
 
