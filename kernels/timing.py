@@ -52,10 +52,11 @@ def random_array(shape, seed: int = 0) -> np.ndarray:
     tuner asks for a kernel's every buffer at every measurement, and a copy is 4-8x cheaper.
 
     Allocated as the executor allocates (:func:`kernels.hugepages.empty`): on a cache line,
-    in huge pages from 1 MiB. With numpy's own start (16-48 bytes into a line) every vector
-    load of the weights split across two lines, which the network's weights (64-byte aligned
-    in its arena) never do: hot, on one thread, the host probe's 3x3 conv took 1.27-1.32x the
-    time and two of ResNeXt-50's 1x1 convs 1.06-1.10x (session 30, benchmarks/README.md).
+    in huge pages from 1 MiB. With numpy's own start (16-48 bytes into a line) the kernels'
+    64-byte vector loads and stores split across two lines, which the network's weights
+    (64-byte aligned in its arena) never do: hot, on one thread, with input, weights and
+    output so placed, the host probe's 3x3 conv took 1.27-1.32x the time and 1x1 convs of
+    ResNeXt-50's and ResNet-50's shapes 1.06-1.10x (session 30, benchmarks/README.md).
 
     >>> a = random_array((3, 5), seed=1)
     >>> a.shape, a.dtype, bool((a == random_array((3, 5), seed=1)).all()), bool((a == random_array((3, 5))).all())
