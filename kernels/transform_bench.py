@@ -75,7 +75,7 @@ def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:
 
     >>> from kernels.jit import HostCPU
     >>> cache_path("/c", HostCPU("skylake-avx512", "+avx512f,+fma", 16)).name
-    'transforms-v4-skylake-avx512-0a00853d8370.jsonl'
+    'transforms-v5-skylake-avx512-0a00853d8370.jsonl'
     """
     if cpu is None:
         from kernels.jit import host_cpu
