@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from graph_tuner.api import solve_log
+from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
@@ -86,7 +87,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=20, help="runs per profile (default 20)")
     args = ap.parse_args()
-    model = load_model(args.model)
+    try:
+        model = load_model(args.model)
+    except GraphTunerError as e:
+        ap.error(str(e))
     params = model.params(0)
     x = seeded_input(model)
     prog = compile_model(model, solve_log(model, shipped_log(model.name)), params)
