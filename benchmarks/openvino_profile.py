@@ -31,6 +31,7 @@ from graph_tuner.plan_run import seeded_input
 from graph_tuner.runtimes import openvino_compiled, openvino_runner
 from graph_tuner.shipped import shipped_log
 from kernels.threads import num_threads
+from kernels.timing import measure
 
 
 def our_kind(model, step) -> str:
@@ -72,14 +73,6 @@ def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float]:
     return scaled(by_kind, run_ms), run_ms
 
 
-def median_run_ms(call, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)) * 1e3
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -110,7 +103,7 @@ def main() -> None:
         runs["OpenVINO profiled"].append(profiled_ms)
         for k, ms in by_kind.items():
             theirs[k].append(ms)
-        runs["OpenVINO"].append(median_run_ms(plain[0], args.repeat))
+        runs["OpenVINO"].append(measure(plain[0], repeat=args.repeat, number=1).median_s * 1e3)
         runs["ours"].append(prog.benchmark(repeat=args.repeat).median_s * 1e3)
         summed: dict[str, float] = collections.defaultdict(float)
         for s in prog.profile(repeat=args.repeat).steps:
