@@ -41,15 +41,20 @@ def zeros(size: int) -> np.ndarray:
     return out
 
 
-def empty(size: int) -> np.ndarray:
-    """An uninitialised float32 array of ``size`` elements, in huge pages where it can be:
-    memory is committed only as it is first written (a reservation that may stay mostly
-    unused costs address space, not memory)."""
+def empty(shape: int | tuple[int, ...]) -> np.ndarray:
+    """An uninitialised float32 array of ``shape`` (a size, or a tuple as numpy takes it), in
+    huge pages where it can be: memory is committed only as it is first written (a
+    reservation that may stay mostly unused costs address space, not memory).
+
+    >>> empty((2, 3)).shape, empty((2, 3)).ctypes.data % SMALL_ALIGN
+    ((2, 3), 0)
+    """
+    size = int(np.prod(shape))
     if 4 * size < MIN_BYTES or not sys.platform.startswith("linux"):
-        return aligned_empty(size, SMALL_ALIGN)
+        return aligned_empty(size, SMALL_ALIGN).reshape(shape)
     out = aligned_empty(size, HUGE_PAGE)
     _advise(out.ctypes.data, -(-4 * size // HUGE_PAGE) * HUGE_PAGE)
-    return out
+    return out.reshape(shape)
 
 
 def aligned_empty(size: int, align: int) -> np.ndarray:

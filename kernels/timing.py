@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -64,7 +63,7 @@ def random_array(shape, seed: int = 0) -> np.ndarray:
     >>> a.ctypes.data % 64
     0
     """
-    out = hugepages.empty(math.prod(shape)).reshape(shape)  # where and how the executor allocates
+    out = hugepages.empty(shape)  # where and how the executor allocates
     _fill(out.reshape(-1), seed)
     return out
 

@@ -410,8 +410,7 @@ def row_means_buffer(model: Model, s: Step, block: int) -> np.ndarray:
     from kernels import hugepages
     from kernels.depthwise import row_means_shape
 
-    shape = row_means_shape(model.workload(model.op(s.ops[0])), block)
-    return hugepages.empty(int(np.prod(shape))).reshape(shape)
+    return hugepages.empty(row_means_shape(model.workload(model.op(s.ops[0])), block))
 
 
 def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weights: WeightArena,

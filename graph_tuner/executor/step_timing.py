@@ -106,8 +106,7 @@ def _time_step(model: Model, s: Step, block: int, params: dict, repeat: int) -> 
         return inputs[tensor, shape]
 
     blocks = {n: block_of(n) for n in s.ops}
-    out_shape = _blocked(model.op(s.output).shape, block_of(s.output))
-    out = hugepages.empty(int(np.prod(out_shape))).reshape(out_shape)
+    out = hugepages.empty(_blocked(model.op(s.output).shape, block_of(s.output)))
     # The step's parameters come from memory on every call, as in the network, where they were
     # last read an inference ago, while its input stays in cache (the step before just wrote
     # it). Timed with hot weights, MobileNet-v2's classifier (a 5 MB dense) was costed 0.094 ms
