@@ -7,7 +7,8 @@ tuner sees nothing else of a schedule -- so :func:`layer_candidates` keeps that 
 then the K fastest pairs. A record whose config our kernels cannot build
 (:func:`kernels.conv2d.supported`) is dropped: a depthwise record with ``ic_bn != oc_bn`` (a
 depthwise channel reads and writes the same channel, and our depthwise kernels keep the
-blocks aligned), or a grouped one whose blocks neither divide a group nor hold whole groups.
+blocks aligned), or a grouped one whose output block crosses groups, or whose input block
+neither divides a group nor holds whole groups.
 
 CUDA needs no layout search: :func:`best_per_workload` picks the fastest record per
 distinct workload, as AutoTVM's ``apply_history_best`` does.

@@ -16,8 +16,10 @@ weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2
 with the same configs). A 1x1 stride-1 conv runs each work item's rows as one long row
 (:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one (not too small) copies
 the pixels it reads into a compact scratch first (:func:`compact_input`). Grouped convs use
-the same template with the reduction restricted to the output block's group (blocks must
-divide the channels per group); depthwise convs, and grouped convs of 2 or 4 channels per group
+the same template with the reduction restricted to the output block's group: the output block
+divides a group's channels, and the input block divides them too or holds several whole
+groups (:func:`reduction_block`), so the layout a wide producer writes needs no transform
+to reach the grouped conv; depthwise convs, and grouped convs of 2 or 4 channels per group
 in blocks holding several whole groups, have their own template in :mod:`kernels.depthwise`.
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
@@ -288,13 +290,27 @@ def ic_batch(workload: Conv2DWorkload, config: Conv2DConfig, l1d_bytes: int | No
     >>> ic_batch(Conv2DWorkload((1, 64, 56, 56), (256, 64, 1, 1)), Conv2DConfig(16, 32, 14), 48 << 10)
     4
     """
-    icb, ocb = config.ic_bn, config.oc_bn
+    icb, ocb = reduction_block(workload, config), config.oc_bn
     blocks = workload.kernel_shape[1] // icb
     budget = int(L1_WEIGHT_SHARE * (l1d_bytes or host_cpu().l1d_bytes))
     if (workload.kernel_shape[2:] != (1, 1) or any(workload.padding) or blocks == 1
             or not 0 < icb * ocb * 4 <= budget):  # one block's weights must fit, or batching cannot help
         return blocks
     return min(blocks, max(1, budget // (icb * ocb * 4)))
+
+
+def reduction_block(workload: Conv2DWorkload, config: Conv2DConfig) -> int:
+    """Input channels per reduction block: ``ic_bn``, or a group's channels when an input block
+    holds several whole groups (a grouped conv reading the layout a dense producer writes). The
+    weights are packed in blocks of this many input channels (:func:`conv2d_arg_shapes`).
+    ResNeXt-50's 8-channel groups read ``NCHW64c`` from the 1x1 conv before them, where a
+    transform to 8 lanes took 0.29 ms alone at 56x56 (rocketlake).
+
+    >>> g8 = Conv2DWorkload((1, 256, 56, 56), (256, 8, 3, 3), padding=(1, 1, 1, 1), groups=32)
+    >>> reduction_block(g8, Conv2DConfig(64, 8, 8)), reduction_block(g8, Conv2DConfig(4, 8, 8))
+    (8, 4)
+    """
+    return min(config.ic_bn, workload.kernel_shape[1])
 
 
 def prologue_fits(workload: Conv2DWorkload) -> bool:
@@ -325,8 +341,10 @@ def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
         raise ValueError(f"only float32 NCHW conv2d is supported, got {workload.layout}/{workload.out_dtype}")
     activation_spec(activation)  # raises if unknown
     icg, ocg = workload.kernel_shape[1], workload.out_channels // workload.groups
-    if config.ic_bn < 1 or icg % config.ic_bn:
-        raise ValueError(f"ic_bn={config.ic_bn} does not divide {icg} input channels per group")
+    wide = workload.groups > 1 and config.ic_bn > icg and config.ic_bn % icg == 0
+    if config.ic_bn < 1 or (icg % config.ic_bn and not wide) or workload.in_channels % config.ic_bn:
+        raise ValueError(f"ic_bn={config.ic_bn} neither divides {icg} input channels per group nor holds whole "
+                         f"groups of the {workload.in_channels}")
     if config.oc_bn < 1 or ocg % config.oc_bn:
         raise ValueError(f"oc_bn={config.oc_bn} does not divide {ocg} output channels per group")
     if config.ow_bn < 1 or config.oh_bn < 1:
@@ -380,7 +398,8 @@ class ConvContext:
     top: int
     left: int
     bottom: int
-    icb: int  # input channel block
+    icb: int  # input channel block (the layout's)
+    icr: int  # input channels per reduction block (reduction_block): icb, or a group's channels
     ocb: int  # output channel block
     ICB: int  # input channel blocks
     OCB: int  # output channel blocks
@@ -432,18 +451,18 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     padded = any(workload.padding)
     copy_pad = pads_by_copy(workload, config)
     Hs, Ws = (H + top + bottom, W + left + right) if copy_pad or not padded else (H, W)
-    icb, ocb = config.ic_bn, config.oc_bn
-    ICgB, OCB = ICg // icb, OC // ocb
+    icb, ocb, icr = config.ic_bn, config.oc_bn, reduction_block(workload, config)
+    ICgB, OCB = ICg // icr, OC // ocb
     ohb = min(config.oh_bn, OH)
     T = min(config.ow_bn, OW)
     G = rows_per_item(N, OH, ohb) if rows_first else rows_per_item(N * OCB, OH, ohb)
-    steps_ic = icb if config.unroll_kw else KW * icb
+    steps_ic = icr if config.unroll_kw else KW * icr
     tiles_per_row = OW // T + (1 if OW % T else 0)
     steps_per_row_tile = tiles_per_row * ICgB * KH * steps_ic
     NB = -(-OH // G)  # row blocks in a plane
     item_steps = -(-G // ohb) * steps_per_row_tile
     last_steps = -(-(OH - (NB - 1) * G) // ohb) * steps_per_row_tile  # the last row block's
-    slice_floats = ICgB * KH * KW * icb * ocb
+    slice_floats = ICgB * KH * KW * icr * ocb
     slice_lines = -(-slice_floats * 4 // 64)
     pf = prefetch_per_step(slice_floats * 4, item_steps)
     batch_icg = ic_batch(workload, config)
@@ -453,7 +472,7 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         affine_activation=activation_key(affine_activation, "affine_activation"), prologue=prologue,
         prologue_activation=activation_key(prologue_activation, "prologue_activation"),
         N=N, IC=IC, H=H, W=W, OC=OC, ICg=ICg, KH=KH, KW=KW, OH=OH, OW=OW, sh=sh, sw=sw, dh=dh, dw=dw,
-        top=top, left=left, bottom=bottom, icb=icb, ocb=ocb, ICB=IC // icb, OCB=OCB, ICgB=ICgB,
+        top=top, left=left, bottom=bottom, icb=icb, icr=icr, ocb=ocb, ICB=IC // icb, OCB=OCB, ICgB=ICgB,
         OCg=OC // workload.groups, padded=padded, copy_pad=copy_pad, compact=compact, Hs=Hs, Ws=Ws,
         origin=0 if copy_pad else -(top * W + left) * icb, lanes=lanes, chunks=vector_chunks(ocb, lanes),
         ohb=ohb, T=T, rows_first=rows_first,
@@ -547,6 +566,7 @@ class RowBlock:
     scale2: str | None
     shift2: str | None
     icb_start: str = "0"  # the group's first input channel block
+    lane_start: str = "0"  # and its first lane in that block (an input block of several groups)
     kh_lo: str | int = 0  # the kh taps inside the input for this row
     kh_hi: str | int = 0
     scale_in: str | None = None  # the input prologue's (see conv2d_ir)
@@ -590,7 +610,12 @@ def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") 
         rb.pre = f.slot(f"[{2 * R * c.T * c.icb} x float]")  # two halves: see _reduce
     if c.workload.groups > 1:
         group = f.op(f"udiv i64 {f.mul('%ob', c.ocb)}, {c.OCg}")
-        rb.icb_start = f.mul(group, c.ICgB)
+        if c.icr < c.icb:  # the group's channels are lanes of a wider block
+            first = f.mul(group, c.ICg)
+            rb.icb_start = f.op(f"udiv i64 {first}, {c.icb}")
+            rb.lane_start = f.op(f"urem i64 {first}, {c.icb}")
+        else:
+            rb.icb_start = f.mul(group, c.ICgB)
     rb.kh_lo, rb.kh_hi = _kh_range(f, c)
     _row_tiles(rb)
     f.emit("ret void")
@@ -708,12 +733,12 @@ def _reduce(rb: RowBlock, tile: Tile) -> None:
                           f.mul(f.op(f"and i64 {nxt}, 1"), half))
                 rb.pre_at = f.mul(f.op(f"and i64 {icg}, 1"), half)
             if c.config.unroll_kw or tile.edge is not None:  # edge tiles: kw static, to drop taps
-                with maybe_loop(f, c.icb) as ic:
+                with maybe_loop(f, c.icr) as ic:
                     for kw in c.kw_order:
                         _fma_step(rb, tile, icg, kh, kw, ic)
             else:
                 with maybe_loop(f, c.KW) as kw:
-                    with maybe_loop(f, c.icb) as ic:
+                    with maybe_loop(f, c.icr) as ic:
                         _fma_step(rb, tile, icg, kh, kw, ic)
 
 
@@ -731,14 +756,15 @@ def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: st
     if not taps:
         return
     cb = f.op(f"add nsw i64 {rb.icb_start}, {icg}") if rb.icb_start != "0" else icg
-    kwv = [(kw, c.icb * c.ocb)] if isinstance(kw, str) else []
-    kwc = kw * c.icb * c.ocb if isinstance(kw, int) else 0
-    wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icb * c.ocb), (icg, c.KH * c.KW * c.icb * c.ocb),
-                     (kh, c.KW * c.icb * c.ocb), *kwv, (ic, c.ocb), const=kwc)
+    kwv = [(kw, c.icr * c.ocb)] if isinstance(kw, str) else []
+    kwc = kw * c.icr * c.ocb if isinstance(kw, int) else 0
+    wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icr * c.ocb), (icg, c.KH * c.KW * c.icr * c.ocb),
+                     (kh, c.KW * c.icr * c.ocb), *kwv, (ic, c.ocb), const=kwc)
     kwv = [(kw, c.dw * c.icb)] if isinstance(kw, str) else []
     kwc = kw * c.dw * c.icb if isinstance(kw, int) else 0
     dbase = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.Ws * c.icb),
-                     (kh, c.dh * c.Ws * c.icb), (tile.ow0, c.sw * c.icb), *kwv, (ic, 1), const=kwc + c.origin)
+                     (kh, c.dh * c.Ws * c.icb), (tile.ow0, c.sw * c.icb), *kwv, (ic, 1),
+                     *([(rb.lane_start, 1)] if rb.lane_start != "0" else []), const=kwc + c.origin)
     if rb.pre is not None:
         dbase = ic
     _fma_tile(rb, tile, [(r, t) for r in range(rb.rows) for t in taps], wbase, dbase)
@@ -768,7 +794,7 @@ def _prologue(rb: RowBlock, tile: Tile, icg: str, at: str) -> None:
 def _prefetch_weights(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: str) -> None:
     """This step's share of the next weight slice (one step = one trip of the innermost loop)."""
     c, f = rb.c, rb.f
-    ici = [(ic, 1)] if c.config.unroll_kw else [(kw, c.icb), (ic, 1)]
+    ici = [(ic, 1)] if c.config.unroll_kw else [(kw, c.icr), (ic, 1)]
     step = f.affine(("%j0", 1), (tile.index, c.ICgB * c.KH * c.steps_ic), (icg, c.KH * c.steps_ic),
                     (kh, c.steps_ic), *ici)
     for q in range(c.pf_per_step):
@@ -936,9 +962,9 @@ def conv2d_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: b
     """The arrays a conv2d kernel takes, by name (:data:`ARGS`; None: not taken), in NCHWc."""
     N, IC, H, W = workload.data_shape
     OC, ICg, KH, KW = workload.kernel_shape
-    icb, ocb = config.ic_bn, config.oc_bn
+    icb, ocb, icr = config.ic_bn, config.oc_bn, reduction_block(workload, config)
     out = (N, OC // ocb, workload.out_height, workload.out_width, ocb)
-    return dict(data=(N, IC // icb, H, W, icb), weight=(OC // ocb, ICg // icb, KH, KW, icb, ocb), out=out,
+    return dict(data=(N, IC // icb, H, W, icb), weight=(OC // ocb, ICg // icr, KH, KW, icr, ocb), out=out,
                 bias=(OC,) if bias else None, residual=out if residual else None, out2=out if affine_out else None,
                 scale2=(OC,) if affine_out else None, shift2=(OC,) if affine_out else None,
                 scale_in=(IC,) if prologue else None, shift_in=(IC,) if prologue else None)

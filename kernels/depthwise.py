@@ -58,10 +58,10 @@ def lanewise_groups(workload: Conv2DWorkload) -> bool:
 def runs_lanewise(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     """Whether this template runs ``workload`` with ``config``: a depthwise conv (any config:
     :func:`check_depthwise` says which it takes), or a grouped conv of :func:`lanewise_groups`
-    whose one block (``ic_bn == oc_bn``) holds several whole groups. The dense template's blocks
-    must divide a group's channels, so ResNeXt-50's 4-channel groups ran in blocks of at most 4
-    lanes of 16, 101-117 GFLOP/s, with a layout transform to those blocks and back around each
-    (sessions 22-23).
+    whose one block (``ic_bn == oc_bn``) holds several whole groups. The dense template's output
+    blocks must divide a group's channels, so ResNeXt-50's 4-channel groups ran in blocks of at
+    most 4 lanes of 16, 101-117 GFLOP/s, with a layout transform to those blocks and back around
+    each (sessions 22-23).
 
     >>> g4 = Conv2DWorkload((1, 128, 56, 56), (128, 4, 3, 3), padding=(1, 1, 1, 1), groups=32)
     >>> [runs_lanewise(g4, Conv2DConfig(b, b, 8)) for b in (4, 16)], runs_lanewise(g4, Conv2DConfig(16, 32, 8))

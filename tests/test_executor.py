@@ -580,3 +580,22 @@ def test_grouped_conv_in_blocks_of_whole_groups():
     plan = plan_from_configs(m, configs)
     assert {t.tensor for t in plan.transforms} == {"data", "out"}  # inside, one layout throughout
     _check(m, plan, names=["out"])
+
+
+def test_grouped_conv_reads_input_blocks_of_several_groups():
+    """ResNeXt's later stages: 8 channels per group, the 1x1 conv before writes blocks of 32
+    (4 groups each) and the grouped conv reads its group's lanes from them, writing blocks of 8
+    (within a group) the 1x1 conv after reads: no transform inside the unit. Stride 2 and a
+    residual through a strided 1x1 projection, as in a stage's first block."""
+    b = GraphBuilder("resnext_wide_unit")
+    x = b.input((1, 32, 10, 10))
+    y = b.relu(b.batch_norm(b.conv(x, 64, 1, name="c1"), name="c1_bn"), name="c1_relu")
+    y = b.relu(b.batch_norm(b.conv(y, 64, 3, strides=2, padding=1, groups=8, name="g"), name="g_bn"),
+               name="g_relu")
+    y = b.conv(y, 32, 1, name="c3")
+    m = b.build(b.relu(b.add(y, b.conv(x, 32, 1, strides=2, name="proj"), name="add"), name="out"))
+    configs = {"c1": Conv2DConfig(16, 32, 5), "g": Conv2DConfig(32, 8, 3, True), "c3": Conv2DConfig(8, 16, 5),
+               "proj": Conv2DConfig(16, 16, 5)}
+    plan = plan_from_configs(m, configs)
+    assert {t.tensor for t in plan.transforms} <= {"data", "out"}  # none between c1, g and c3
+    _check(m, plan, names=["out"])

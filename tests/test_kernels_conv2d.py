@@ -7,7 +7,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.jit import clear_kernel_caches
-from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight, takes_rows_first
+from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight, reduction_block, supported, takes_rows_first
 from kernels.packing import from_blocked, to_blocked, unpack_weight
 from kernels.activations import ACTIVATIONS
 from kernels.reference import activate, conv2d_nchw
@@ -21,7 +21,7 @@ def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, see
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
     k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
-    run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, cfg.ic_bn, cfg.oc_bn), out, bias=b,
+    run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, reduction_block(wl, cfg), cfg.oc_bn), out, bias=b,
                  residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
     run()
     expected = conv2d_nchw(x, w, strides=wl.strides, padding=wl.padding, dilation=wl.dilation, groups=wl.groups,
@@ -79,6 +79,11 @@ CASES = [
     (Conv2DWorkload((1, 8, 6, 10), (16, 8, 1, 3), padding=(0, 0, 0, 2)), Conv2DConfig(8, 16, 5, True)),
     # grouped (not depthwise) conv: blocks divide the channels per group
     (Conv2DWorkload((1, 8, 6, 6), (12, 4, 3, 3), padding=P1, groups=2), Conv2DConfig(2, 3, 3, False)),
+    # grouped, input blocks holding whole groups (2 and 4 of 4 channels: ResNeXt's 8 of 64), stride 2,
+    # both kw orders, an output block narrower than a group
+    (Conv2DWorkload((1, 16, 7, 7), (16, 4, 3, 3), padding=P1, groups=4), Conv2DConfig(8, 4, 3, False)),
+    (Conv2DWorkload((1, 16, 9, 8), (16, 4, 3, 3), strides=(2, 2), padding=P1, groups=4), Conv2DConfig(16, 2, 2, True)),
+    (Conv2DWorkload((2, 32, 6, 6), (32, 8, 3, 3), padding=P1, groups=4), Conv2DConfig(16, 8, 4, True, 2)),
     # oc_bn larger than the vector width and not a multiple of it
     (Conv2DWorkload((1, 4, 5, 5), (24, 4, 3, 3), padding=P1), Conv2DConfig(4, 24, 2, True)),
 ]
@@ -110,7 +115,7 @@ def test_one_thread_and_all_threads_agree():
 @given(data=st.data())
 def test_random_conv_matches_reference(data):
     draw = data.draw
-    groups = draw(st.sampled_from([1, 1, 2]))
+    groups = draw(st.sampled_from([1, 1, 2, 4]))
     icg, ocg = draw(st.sampled_from([1, 2, 3, 4, 6])), draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     sh, sw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
@@ -120,10 +125,18 @@ def test_random_conv_matches_reference(data):
     w = draw(st.integers((kw - 1) * dw + 1, 9))
     wl = Conv2DWorkload((1, icg * groups, h, w), (ocg * groups, icg, kh, kw), strides=(sh, sw), padding=pad,
                         dilation=(dh, dw), groups=groups)
-    ic_bn = draw(st.sampled_from([d for d in range(1, icg + 1) if icg % d == 0]))
+    ic_bn = draw(st.sampled_from([d for d in range(1, icg + 1) if icg % d == 0]
+                                 + [icg * m for m in range(2, groups + 1) if groups % m == 0]))  # whole groups
     oc_bn = draw(st.sampled_from([d for d in range(1, ocg + 1) if ocg % d == 0]))
     cfg = Conv2DConfig(ic_bn, oc_bn, draw(st.integers(1, 5)), draw(st.booleans()), draw(st.integers(1, 3)))
     run_and_compare(wl, cfg, bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu"])))
+
+
+def test_input_blocks_hold_whole_groups_or_divide_one():
+    g3 = Conv2DWorkload((1, 18, 6, 6), (18, 3, 3, 3), padding=P1, groups=6)  # 3 a group: the dense template's
+    assert [supported(g3, Conv2DConfig(ic, 3, 3)) for ic in (1, 3, 6, 9, 18, 2, 4, 12)] == [True] * 5 + [False] * 3
+    assert not supported(g3, Conv2DConfig(6, 6, 3))  # an output block across two groups
+    assert build_conv2d(g3, Conv2DConfig(9, 1, 3)).weight_shape == (18, 1, 3, 3, 3, 1)
 
 
 def test_pack_weight_round_trip_and_layout():
@@ -143,7 +156,7 @@ def test_cached_and_validated():
     with pytest.raises(ValueError, match="bias"):
         k(np.zeros(k.input_shape, np.float32), np.zeros(k.weight_shape, np.float32),
           np.zeros(k.output_shape, np.float32), bias=np.zeros(32, np.float32))
-    with pytest.raises(ValueError, match="does not divide"):
+    with pytest.raises(ValueError, match="neither divides"):
         conv2d_ir(wl, Conv2DConfig(5, 16, 2))
 
 

@@ -366,6 +366,7 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights
     :func:`kernels.conv2d.build_conv2d`'s keyword arguments, and its kernel's arrays by
     argument name (the folded weight packed for the kernel that runs it, in ``weights``), in NCHWc."""
     from graph_tuner.winograd import runs_winograd
+    from kernels.conv2d import reduction_block
     from kernels.depthwise import runs_lanewise
     from kernels.packing import pack_weight
     from kernels.winograd import transform_weight
@@ -389,8 +390,8 @@ def _conv_arrays(model: Model, s: Step, lc, params, read, buffers: dict, weights
         packed = pack_weight(transform_weight(weight), in_block, out_block)
     elif runs_lanewise(w, config):  # [C/bn, 1, KH, KW, g, bn]: g channels per group, 1 if depthwise
         packed = pack_weight(weight, w.kernel_shape[1], out_block)
-    else:
-        packed = pack_weight(weight, in_block, out_block)
+    else:  # a grouped conv whose input blocks hold whole groups packs a group's channels a block
+        packed = pack_weight(weight, reduction_block(w, config), out_block)
     arrays["weight"] = weights.keep(packed)
     n, c, h, wd = w.data_shape
     out_shape = (n, w.out_channels // out_block, w.out_height, w.out_width, out_block)
