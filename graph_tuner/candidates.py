@@ -8,7 +8,8 @@ then the K fastest pairs. A record whose config our kernels cannot build
 (:func:`kernels.conv2d.supported`) is dropped: a depthwise record with ``ic_bn != oc_bn`` (a
 depthwise channel reads and writes the same channel, and our depthwise kernels keep the
 blocks aligned), or a grouped one whose output block crosses groups, or whose input block
-neither divides a group nor holds whole groups.
+neither divides a group nor holds whole groups (a Winograd GEMM's: divides the conv's
+channels, :func:`kernels.winograd.gemm_supported`).
 
 CUDA needs no layout search: :func:`best_per_workload` picks the fastest record per
 distinct workload, as AutoTVM's ``apply_history_best`` does.
@@ -35,6 +36,7 @@ from graph_tuner.records import X86_TASKS, Record, RecordLog, read_records, targ
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config, fallback_config  # noqa: F401 (re-exported)
 from kernels.conv2d import supported
+from kernels.winograd import gemm_supported
 from kernels.workload import Conv2DWorkload
 
 DEFAULT_TOP_K = 20
@@ -153,7 +155,8 @@ def layer_candidates(
 
     kind = target_kind(target)
     gemms = [candidate_gemm(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
-    wanted = {match_key(w) for w in [*workloads, *gemms] if w is not None}
+    gemm_keys = {match_key(g) for g in gemms if g is not None}
+    wanted = {match_key(w) for w in workloads} | gemm_keys
     # A config measured several times (our tuner re-times its winners in rounds) counts at
     # the median of its records: the fastest of many noisy timings is biased low, and one
     # timing in a busy moment can be 2x slow.
@@ -181,7 +184,7 @@ def layer_candidates(
         # plan read back (``apply_records``) costs the layer as the solver did.
         rec = recs[-1] if len(recs) == 1 else with_costs(recs[-1], [r.time for r in recs])
         config = entity_config(rec.entity)
-        if not supported(rec.workload, config):
+        if not (gemm_supported if key in gemm_keys else supported)(rec.workload, config):
             continue  # see module docstring
         _keep_better(best.setdefault(key, {}), (config.ic_bn, config.oc_bn), (len(recs) < 2, rec.time),
                      Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config))

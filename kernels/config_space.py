@@ -402,7 +402,7 @@ def fallback_config(workload: Conv2DWorkload, lanes: int = 16) -> Conv2DConfig:
 
     ``oc_bn`` = largest divisor of OC <= lanes, ``ic_bn`` = largest divisor of IC <= oc_bn
     (depthwise: ``ic_bn = oc_bn``; other grouped convs: of the channels per group, as TVM's
-    ``group_conv2d`` fallback, since blocks must divide them). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
+    ``group_conv2d`` fallback: output blocks must divide them). 1x1: the largest ``ow_bn`` dividing OW and ``oh_bn``
     dividing OH with ``ow_bn * oh_bn < 32`` (``oh_bn`` kept within the space's [1, 2]);
     others ``ow_bn`` = largest divisor of OW <= 31, ``unroll_kw`` off. The graph tuner's
     "default" plan and the tuner's first measurement are this schedule.

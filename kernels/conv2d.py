@@ -8,7 +8,8 @@ step holds the tile's weight vectors and one input broadcast at a time, or, when
 has more vectors than pixels, its broadcasts and one weight vector at a time (fewer live
 registers: 4 vectors x 3 pixels fits AVX2's 16 without spilling). The reduction
 runs ``ic_chunk, kh, (ic_block, kw unrolled | kw, ic_block)`` as AutoTVM's
-``unroll_kw`` knob says. Any block sizes dividing the channels (per group) work;
+``unroll_kw`` knob says. Any block sizes dividing the channels (per group) work (for a
+grouped conv's input, also blocks of several whole groups: below);
 ``ow_bn``/``oh_bn`` need not divide the output (a narrower tail tile is generated).
 A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel blocks
 (:func:`ic_batch`, as MLAS does): each batch sweeps all of a work item's rows with its
@@ -20,7 +21,8 @@ the same template with the reduction restricted to the output block's group: the
 divides a group's channels, and the input block divides them too or holds several whole
 groups (:func:`reduction_block`), so the layout a wide producer writes needs no transform
 to reach the grouped conv; depthwise convs, and grouped convs of 2 or 4 channels per group
-in blocks holding several whole groups, have their own template in :mod:`kernels.depthwise`.
+whose one block (``ic_bn == oc_bn``) holds several whole groups, have their own template in
+:mod:`kernels.depthwise`.
 
 Weights: items hold about ``1/(8 * threads)`` of the rows, and a thread knows the
 item it runs next; when that one starts another ``oc_chunk``, its weights are
@@ -76,7 +78,7 @@ from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "supported"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "reduction_block", "supported"]
 
 NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"  # then the workload, config
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
@@ -279,7 +281,7 @@ L1_WEIGHT_SHARE = 0.5  # of the L1 data cache, for a reduction batch's weights (
 
 
 def ic_batch(workload: Conv2DWorkload, config: Conv2DConfig, l1d_bytes: int | None = None) -> int:
-    """Input channel blocks per reduction batch. A 1x1 conv whose weight slice (all input
+    """Reduction blocks (:func:`reduction_block`) per reduction batch. A 1x1 conv whose weight slice (all input
     channels x ``oc_bn``) overflows :data:`L1_WEIGHT_SHARE` of L1 reduces in batches, as MLAS does:
     each batch sweeps all of a work item's rows with its weights held in L1, keeping partial
     sums in the output; otherwise every row tile streamed the whole slice from L2.
@@ -343,8 +345,9 @@ def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     icg, ocg = workload.kernel_shape[1], workload.out_channels // workload.groups
     wide = workload.groups > 1 and config.ic_bn > icg and config.ic_bn % icg == 0
     if config.ic_bn < 1 or (icg % config.ic_bn and not wide) or workload.in_channels % config.ic_bn:
-        raise ValueError(f"ic_bn={config.ic_bn} neither divides {icg} input channels per group nor holds whole "
-                         f"groups of the {workload.in_channels}")
+        what = (f"neither divides {icg} input channels per group nor holds whole groups of the {workload.in_channels}"
+                if workload.groups > 1 else f"does not divide {icg} input channels")
+        raise ValueError(f"ic_bn={config.ic_bn} {what}")
     if config.oc_bn < 1 or ocg % config.oc_bn:
         raise ValueError(f"oc_bn={config.oc_bn} does not divide {ocg} output channels per group")
     if config.ow_bn < 1 or config.oh_bn < 1:
@@ -403,7 +406,7 @@ class ConvContext:
     ocb: int  # output channel block
     ICB: int  # input channel blocks
     OCB: int  # output channel blocks
-    ICgB: int  # input channel blocks per group
+    ICgB: int  # reduction blocks per group (ICg // icr)
     OCg: int  # output channels per group
     padded: bool
     copy_pad: bool  # reads a zero-bordered copy of the input (pads_by_copy)
@@ -590,7 +593,7 @@ class Tile:
 
 def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") -> str:
     """``@name_rows{R}_{mode}(args, n, ob, oh0, pf, pfs, j0, icg0, icg1)``: R output rows of one
-    output channel block over input channel blocks ``[icg0, icg1)``, prefetching lines of the
+    output channel block over reduction blocks ``[icg0, icg1)`` of its group, prefetching lines of the
     weight slice at ``pf`` from step ``j0`` (see :func:`prefetch_per_step`; ``pfs`` is the
     item's :func:`prefetch_scale`). ``mode``: ``all`` (the whole
     reduction), or ``batch``: one batch of it (see :func:`ic_batch`), which starts from the bias
@@ -713,7 +716,7 @@ def _start_accumulators(rb: RowBlock, tile: Tile) -> None:
 
 
 def _reduce(rb: RowBlock, tile: Tile) -> None:
-    """The reduction loops: input channel blocks (this batch's), kernel rows (this row's),
+    """The reduction loops: the group's reduction blocks (this batch's), kernel rows (this row's),
     then ``ic_block, kw unrolled`` or ``kw, ic_block`` as ``unroll_kw`` says."""
     c, f = rb.c, rb.f
     first, end = ("0", c.ICgB) if c.batches == 1 else ("%icg0", "%icg1")
@@ -936,7 +939,7 @@ class _Item:
 
 
 def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0, icg1) -> None:
-    """The item's rows (full tiles, then the shorter tail) over input channel blocks [icg0, icg1)."""
+    """The item's rows (full tiles, then the shorter tail) over reduction blocks [icg0, icg1)."""
     call = f"ptr {item.pf}, i64 {item.pfs}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
     with f.loop(item.nfull) as rt:
         oh0 = f.op(f"add nsw i64 {item.oh_begin}, {f.mul(rt, c.ohb)}")
@@ -1045,7 +1048,11 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     (activations: a name or a ``(name, *params)`` tuple, hashable for the cache);
     ``rows_first``: see :func:`takes_rows_first`.
 
-    Depthwise workloads, and grouped ones whose config holds whole groups in a block
+    The weight is packed in blocks of :func:`reduction_block` input channels (``ic_bn`` but
+    where a grouped conv's input block holds several groups): ``pack_weight(w,
+    reduction_block(workload, config), config.oc_bn)``, the kernel's ``weight_shape``.
+
+    Depthwise workloads, and grouped ones whose one block holds whole groups
     (:func:`kernels.depthwise.runs_lanewise`), are dispatched to
     :func:`kernels.depthwise.build_depthwise` (which has no affine second output, and alone
     writes ``row_means``).

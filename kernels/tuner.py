@@ -357,8 +357,7 @@ class _Search:
             moved = transfer_pick(configs, seconds, unmeasured, lanes)
             if moved is not None:
                 return moved
-        if self.default is not None and self.default not in seconds and supported(self.workload,
-                                                                                 configs[self.default]):
+        if self.default is not None and self.default not in seconds:  # tune() pins only a buildable one
             return self.default
         seed = next((i for i in self.seeds if i not in seconds), None)
         if seed is not None:
@@ -438,7 +437,8 @@ def tune(
     space = tuning_space(workload)
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = [space.config(i) for i in range(len(space))]
-    buildable = [i for i, c in enumerate(configs) if supported(workload, c)]
+    builds = getattr(measure, "builds", supported)  # a KernelTimer knows which workloads are Winograd GEMMs
+    buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
     candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
@@ -446,6 +446,8 @@ def tune(
     try:
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
+        default = None
+    if default is not None and not builds(workload, configs[default]):
         default = None
     # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
     # input prologue, its rows' order differs.
@@ -623,6 +625,13 @@ class KernelTimer:
             compile_ahead(texts[:1], texts[1:])
         except RuntimeError:  # LLVM refused it: measured as a failure
             pass
+
+    def builds(self, workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+        """Whether this timer can build ``config`` for ``workload``: :func:`supported`, and for a
+        Winograd GEMM :func:`kernels.winograd.gemm_supported` (its input block is the conv's layout)."""
+        from kernels.winograd import gemm_supported
+
+        return (gemm_supported if workload in self.winograd else supported)(workload, config)
 
     def _kernel(self, workload: Conv2DWorkload, config: Conv2DConfig, ir: bool = False):
         """The kernel timed for a config (its IR text with ``ir``): the conv with its

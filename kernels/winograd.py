@@ -29,7 +29,7 @@ import numpy as np
 from kernels import hugepages
 from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
-from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy
+from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy, supported as conv2d_supported
 from kernels.ir import IntrinsicSet, arg_ptr, declare_once, decompose, fsplat, vector_chunks, vty
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.threads import num_threads, parallel_entry_ir
@@ -54,6 +54,20 @@ def supported(workload: Conv2DWorkload) -> bool:
     outside the input reads as zero, so the padding is only where the windows start)."""
     return (workload.kernel_size == (3, 3) and workload.strides == (1, 1) and workload.dilation == (1, 1)
             and workload.groups == 1 and workload.out_height >= 1 and workload.out_width >= 1)
+
+
+def gemm_supported(gemm: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether a config of a Winograd GEMM workload (:func:`gemm_workload`) builds: the conv
+    template's checks, and an input block within the conv's channels. The GEMM is a grouped conv
+    of one group a tile point, and :func:`kernels.conv2d.supported` also takes input blocks of
+    several whole groups, but the GEMM's input block is the conv's input layout, and a block of
+    two points' channels is no layout of the conv's input.
+
+    >>> g = gemm_workload(Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1)))
+    >>> [gemm_supported(g, Conv2DConfig(ic, 16, 4)) for ic in (8, 16, 32)]
+    [True, True, False]
+    """
+    return conv2d_supported(gemm, config) and gemm.kernel_shape[1] % config.ic_bn == 0
 
 
 def tiles(workload: Conv2DWorkload) -> tuple[int, int]:
@@ -227,6 +241,8 @@ def winograd_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = 
 def _winograd_text(workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool, activation,
                    affine_out: bool, affine_activation, name: str, lanes: int, threads: int) -> str:
     gemm = gemm_workload(workload)
+    if not gemm_supported(gemm, config):
+        raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
     n = workload.data_shape[0]
     th, _ = tiles(workload)
     c, oc = workload.in_channels, workload.out_channels

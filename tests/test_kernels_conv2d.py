@@ -1,4 +1,5 @@
 """Generated conv2d kernels against the numpy reference (small shapes, few compiles)."""
+import dataclasses
 import itertools
 
 import numpy as np
@@ -125,8 +126,8 @@ def test_random_conv_matches_reference(data):
     w = draw(st.integers((kw - 1) * dw + 1, 9))
     wl = Conv2DWorkload((1, icg * groups, h, w), (ocg * groups, icg, kh, kw), strides=(sh, sw), padding=pad,
                         dilation=(dh, dw), groups=groups)
-    ic_bn = draw(st.sampled_from([d for d in range(1, icg + 1) if icg % d == 0]
-                                 + [icg * m for m in range(2, groups + 1) if groups % m == 0]))  # whole groups
+    wide = [] if icg == ocg == 1 else [icg * m for m in range(2, groups + 1) if groups % m == 0]  # depthwise: aligned
+    ic_bn = draw(st.sampled_from([d for d in range(1, icg + 1) if icg % d == 0] + wide))  # wide: whole groups
     oc_bn = draw(st.sampled_from([d for d in range(1, ocg + 1) if ocg % d == 0]))
     cfg = Conv2DConfig(ic_bn, oc_bn, draw(st.integers(1, 5)), draw(st.booleans()), draw(st.integers(1, 3)))
     run_and_compare(wl, cfg, bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu"])))
@@ -137,6 +138,8 @@ def test_input_blocks_hold_whole_groups_or_divide_one():
     assert [supported(g3, Conv2DConfig(ic, 3, 3)) for ic in (1, 3, 6, 9, 18, 2, 4, 12)] == [True] * 5 + [False] * 3
     assert not supported(g3, Conv2DConfig(6, 6, 3))  # an output block across two groups
     assert build_conv2d(g3, Conv2DConfig(9, 1, 3)).weight_shape == (18, 1, 3, 3, 3, 1)
+    run_and_compare(g3, Conv2DConfig(9, 1, 3), bias=True, activation="relu")  # blocks of 9: lanes 0, 3, 6
+    run_and_compare(dataclasses.replace(g3, strides=(2, 2)), Conv2DConfig(18, 3, 2, False), bias=True)
 
 
 def test_pack_weight_round_trip_and_layout():
@@ -156,7 +159,7 @@ def test_cached_and_validated():
     with pytest.raises(ValueError, match="bias"):
         k(np.zeros(k.input_shape, np.float32), np.zeros(k.weight_shape, np.float32),
           np.zeros(k.output_shape, np.float32), bias=np.zeros(32, np.float32))
-    with pytest.raises(ValueError, match="neither divides"):
+    with pytest.raises(ValueError, match="does not divide"):
         conv2d_ir(wl, Conv2DConfig(5, 16, 2))
 
 

@@ -9,7 +9,8 @@ from kernels.conv2d import pack_weight
 from kernels.packing import from_blocked, to_blocked
 from kernels.reference import activate, conv2d_nchw
 from kernels.tuner import KernelTimer
-from kernels.winograd import build_winograd, gemm_workload, supported, transform_weight, winograd_epilogue
+from kernels.winograd import (build_winograd, gemm_supported, gemm_workload, supported, transform_weight,
+                              winograd_epilogue)
 
 
 def _run(wl: Conv2DWorkload, cfg: Conv2DConfig, seed: int = 0, **epilogue):
@@ -104,6 +105,46 @@ def test_the_tuner_times_a_gemm_as_its_whole_conv():
     alone = min(KernelTimer(repeat=5)(gemm, cfg) for _ in range(3))
     whole = min(KernelTimer(repeat=5, winograd={gemm: conv})(gemm, cfg) for _ in range(3))
     assert whole > alone
+
+
+def test_a_gemms_input_block_is_the_convs_layout():
+    """The GEMM is a grouped conv (one group a tile point), whose input blocks may hold whole
+    groups in the conv template; not in a Winograd conv, whose input block is its input's
+    layout: the timer does not build them, the tuner does not try them, and the candidates drop
+    a record of one."""
+    from graph_tuner.candidates import layer_candidates
+    from graph_tuner.records import make_conv2d_record, read_records
+    from graph_tuner.winograd import eligible
+    from kernels.config_space import tuning_space
+    from kernels.conv2d import supported as conv2d_supported
+    from kernels.tuner import tune
+
+    conv = Conv2DWorkload((1, 32, 28, 28), (32, 32, 3, 3), padding=(1, 1, 1, 1))
+    gemm, wide = gemm_workload(conv), Conv2DConfig(64, 16, 7)
+    assert conv2d_supported(gemm, wide) and not gemm_supported(gemm, wide)
+    with pytest.raises(ValueError, match="no blocks of the Winograd conv"):
+        build_winograd(conv, wide)
+    timer = KernelTimer(winograd={gemm: conv})
+    assert not timer.builds(gemm, wide) and timer.builds(gemm, Conv2DConfig(32, 16, 7))
+    result = tune(gemm, trials=40, measure=_Fake(timer.builds), lanes=16)
+    assert result.measurements and all(conv.in_channels % m.config.ic_bn == 0 for m in result.measurements)
+    space = tuning_space(gemm)
+    entity = space.config_entity(wide)
+    log = read_records([make_conv2d_record(gemm, entity, space.index(entity), [1e-6], "llvm -mcpu=znver4")])
+    assert eligible(conv)  # its GEMM's records are its candidates
+    with pytest.warns(UserWarning, match="no tuning record"):  # the record of a wide block is dropped
+        (cands,) = layer_candidates([conv], log, k=5, fallback=True)
+    assert [c.is_fallback for c in cands] == [True]
+
+
+class _Fake:
+    """A measure that builds nothing (a time by tile width), with a timer's ``builds``."""
+
+    def __init__(self, builds):
+        self.builds = builds
+
+    def __call__(self, workload, config):
+        return 1e-6 * (1 + abs(config.ow_bn - 8))
 
 
 def test_layer_candidates_take_the_faster_of_direct_and_winograd():
