@@ -67,7 +67,8 @@ import numpy as np
 
 from kernels.config import Conv2DConfig
 from kernels.config_space import Space, fallback_config, tuning_space
-from kernels.conv2d import kernel_workload, supported  # supported: the codegen's own checks, never try what cannot build
+# supported: the codegen's own checks, never try what cannot build
+from kernels.conv2d import kernel_workload, reduction_block, supported
 from kernels.depthwise import runs_lanewise
 from kernels.workload import Conv2DWorkload
 
@@ -209,20 +210,29 @@ def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 
 
     FMA throughput needs full vectors and enough independent accumulators to hide
     latency without spilling: ~5/8 of the register file (20 of AVX-512's 32, 10 of AVX2's
-    16; two FMA pipes of latency 4 need 8 at least); tiny input blocks mean short inner loops.
+    16; two FMA pipes of latency 4 need 8 at least); tiny reduction blocks mean short inner
+    loops. A dense grouped conv's input block of several whole groups reduces over one group's
+    channels (:func:`kernels.conv2d.reduction_block`), as short a loop as a block of one group.
+
+    >>> g4 = Conv2DWorkload((1, 128, 56, 56), (128, 4, 3, 3), padding=(1, 1, 1, 1), groups=32)
+    >>> prior_log_time(g4, Conv2DConfig(64, 4, 8)) == prior_log_time(g4, Conv2DConfig(4, 4, 8))
+    True
     """
     acc, utilisation, waste = _tile(workload, config, lanes, prologue)
     spill = max(0, acc - max_accumulators(lanes))
     ideal = vector_registers(lanes) * 5 / 8
     g = workload.kernel_shape[1]
-    if g > 1 and runs_lanewise(workload, config):
+    inner = config.ic_bn
+    if g > 1 and not runs_lanewise(workload, config):
+        inner = reduction_block(workload, config)
+    elif g > 1:
         # Blocks of whole groups (kernels.depthwise): each FMA waits on its shuffle, and a tap's g
         # weight vectors stay live (KW taps' when unrolled). ResNeXt-50's groups of 4 alone on the
         # rocketlake Xeon: 8 accumulators fastest (4 and 14 took 1.10x and 1.25x its time).
         live = g * math.ceil(config.oc_bn / lanes) * (workload.kernel_shape[3] if config.unroll_kw else 1)
         ideal = max(2, min(8, vector_registers(lanes) - live - 2))
     return (-math.log(utilisation) + abs(math.log2(acc / ideal)) * 0.5 + spill * 0.2 + waste
-            + 0.3 * max(0.0, math.log2(min(8, lanes) / config.ic_bn)))
+            + 0.3 * max(0.0, math.log2(min(8, lanes) / inner)))
 
 
 def _ridge(x: np.ndarray, y: np.ndarray, alpha: float = 1.0) -> Callable[[np.ndarray], np.ndarray]:
