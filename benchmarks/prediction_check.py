@@ -7,7 +7,9 @@ For each model (default: the five bench models), as a user would: copy this CPU'
 in-network ratios), ``graph-tuner solve``, then at once ``graph-tuner run --json
 --transform-records LOG``. Each row is one such check: (predicted - median) / median, the
 same with the plan's steps re-timed at once (``retimed_predicted_ms``), and whether the run
-was steady. The summary counts the checks within 5%: all, and the steady ones.
+was steady; then deliverable 2's measure, the convs whose time in the run is within 10% of
+what the log says (each conv step's ``predicted_ms`` against its ``measured_ms``), with the
+worst. The summary counts the checks within 5%: all, and the steady ones.
 ``--checks N`` goes over the models N times, so the host's moods spread over every model.
 """
 from __future__ import annotations
@@ -23,17 +25,20 @@ import time
 from pathlib import Path
 
 from graph_tuner.shipped import shipped_log
+from kernels.jit import host_cpu
 
 TARGET = 0.05  # the issue's: whole-network prediction within 5% of the measured median
+CONV_TARGET = 0.10  # the issue's: each conv's in-network time within 10% of what the log says
 DEFAULT_MODELS = ["resnet-18", "resnet-50", "mobilenet-v2", "inception-v3", "densenet-121"]
 
 
 def gt(*args: str, out: Path) -> str:
-    """Run ``graph-tuner ARGS`` as a user would, its stdout also kept in ``out``."""
+    """Run ``graph-tuner ARGS`` as a user would (its stdout and stderr kept in ``out``); its stdout."""
     done = subprocess.run([sys.executable, "-m", "graph_tuner", *args], capture_output=True, text=True)
     out.write_text(done.stdout + done.stderr)
     if done.returncode:
-        raise SystemExit(f"graph-tuner {' '.join(args)} failed ({done.returncode}); see {out}")
+        tail = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise SystemExit(f"graph-tuner {' '.join(args)} failed ({done.returncode}): {tail}; see {out}")
     return done.stdout
 
 
@@ -42,6 +47,9 @@ def check(model: str, work: Path, repeat: int) -> dict:
     shipped = shipped_log(model)
     if shipped is None:
         raise SystemExit(f"{model}: no shipped log; tune it first")
+    if shipped.parent.name != host_cpu().name:
+        print(f"warning: {model}: no shipped log for {host_cpu().name}; re-timing {shipped.parent.name}'s",
+              file=sys.stderr)
     log, opt = work / f"{model}.log", work / f"{model}.opt.log"
     with (gzip.open(shipped) if shipped.suffix == ".gz" else open(shipped, "rb")) as src, open(log, "wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -52,7 +60,10 @@ def check(model: str, work: Path, repeat: int) -> dict:
     run = json.loads(gt("run", model, "--records", str(opt), "--transform-records", str(log),
                         "--repeat", str(repeat), "--json", out=work / f"{model}.run.txt"))
     keep = ("median_ms", "predicted_ms", "retimed_predicted_ms", "steady")
-    return {"model": model, "clock": time.strftime("%H:%M:%S"), "retime_s": t1 - t0, **{k: run[k] for k in keep}}
+    convs = [(layer["name"], (layer["predicted_ms"] - layer["measured_ms"]) / layer["measured_ms"])
+             for layer in run["layers"] if layer["category"] == "conv" and layer["predicted_ms"] is not None]
+    return {"model": model, "clock": time.strftime("%H:%M:%S"), "retime_s": t1 - t0, "convs": convs,
+            **{k: run[k] for k in keep}}
 
 
 def row(c: dict) -> str:
@@ -60,7 +71,16 @@ def row(c: dict) -> str:
     again = (c["retimed_predicted_ms"] - c["median_ms"]) / c["median_ms"] if c["retimed_predicted_ms"] else float("nan")
     return (f"{c['clock']}  {c['model']:<14} retime {c['retime_s']:5.0f} s  predicted {c['predicted_ms']:8.3f}  "
             f"median {c['median_ms']:8.3f}  ({err:+6.1%}; re-timed at once {again:+6.1%})  "
-            f"{'steady' if c['steady'] else 'NOT steady'}")
+            f"{'steady' if c['steady'] else 'NOT steady'}  {conv_line(c['convs'])}")
+
+
+def conv_line(convs: list[tuple[str, float]]) -> str:
+    """``"convs within 10%: 20 of 21 (worst conv3 +12.4%)"``."""
+    if not convs:
+        return "no conv predictions"
+    name, worst = max(convs, key=lambda c: abs(c[1]))
+    ok = sum(abs(e) <= CONV_TARGET for _, e in convs)
+    return f"convs within {CONV_TARGET:.0%}: {ok} of {len(convs)} (worst {name} {worst:+.1%})"
 
 
 def within(checks: list[dict]) -> str:
@@ -76,14 +96,19 @@ def main() -> None:
     ap.add_argument("--out", help="write every check as JSON here")
     args = ap.parse_args()
     done: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="prediction_check.") as tmp:
+    work = Path(tempfile.mkdtemp(prefix="prediction_check."))
+    try:
         for _ in range(args.checks):
             for model in args.models:
-                done.append(check(model, Path(tmp), args.repeat))
+                done.append(check(model, work, args.repeat))
                 print(row(done[-1]), flush=True)
-    print(f"within {TARGET:.0%}: {within(done)} checks; steady ones: {within([c for c in done if c['steady']])}")
-    if args.out:
-        Path(args.out).write_text(json.dumps(done, indent=1))
+    finally:  # the checks done so far are kept, and on a failure the files it names
+        if args.out:
+            Path(args.out).write_text(json.dumps(done, indent=1))
+    shutil.rmtree(work)
+    steady = [c for c in done if c["steady"]]
+    print(f"within {TARGET:.0%}: {within(done)} checks; steady ones: {within(steady)}; convs of the steady "
+          f"ones, {conv_line([e for c in steady for e in c['convs']])}")
 
 
 if __name__ == "__main__":
