@@ -25,18 +25,15 @@ from collections import defaultdict
 
 import numpy as np
 
-from graph_tuner.api import apply_records, solve_log
 from graph_tuner.commands import positive_int
-from graph_tuner.errors import GraphTunerError
-from graph_tuner.loading import load_model
 from graph_tuner.plan_run import measure_plan
-from graph_tuner.shipped import shipped_log
 from graph_tuner.winograd import runs_winograd
 from kernels.jit import host_cpu
 from kernels.peak import fma_peak
 from kernels.sharing import ITEMS, build_reader
 from kernels.threads import num_threads
 from kernels.timing import random_array
+from plan_args import add_plan_args, model_and_plan
 
 WEIGHT_BOUND_GBS = 10.0  # a conv is weight-bound when its weights at this rate outlast its FMAs at the peak
 FMA_SHARE = 0.8  # the FMA efficiency the "would take" column allows a conv
@@ -73,21 +70,10 @@ def kind(workload, winograd: bool) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
-    ap.add_argument("--records", help="a graph-tuned log (default: solve the log shipped for this CPU)")
+    add_plan_args(ap)
     ap.add_argument("--repeat", type=positive_int, default=30, help="timed runs (default 30)")
     args = ap.parse_args()
-    try:
-        model = load_model(args.model)
-    except GraphTunerError as e:
-        ap.error(str(e))
-    if args.records:
-        plan = apply_records(model, args.records, None, batch=model.batch, progress=False)
-    else:
-        log = shipped_log(args.model)
-        if log is None:
-            ap.error(f"no shipped log for {args.model}; pass --records")
-        plan = solve_log(model, log)
+    model, plan = model_and_plan(ap, args)
     peak = fma_peak(num_threads())
     mem = memory_gbs()
     run = measure_plan(model, plan, repeat=args.repeat)

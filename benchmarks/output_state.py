@@ -24,13 +24,12 @@ import time
 
 import numpy as np
 
-from graph_tuner.api import apply_records, solve_log
+from graph_tuner.commands import positive_int
 from graph_tuner.executor import compile_model
-from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_inputs
-from graph_tuner.shipped import shipped_log
 from kernels.jit import BoundKernel, host_cpu
 from kernels.sharing import build_reader
+from plan_args import add_plan_args, model_and_plan
 
 
 def per_call(fn, before, calls: int) -> float:
@@ -46,16 +45,11 @@ def per_call(fn, before, calls: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model")
-    p.add_argument("--records", help="a graph-tuned log (default: solve the shipped log)")
+    add_plan_args(p)
     p.add_argument("--layers", help="comma-separated conv layers (default: the depthwise ones)")
-    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--calls", type=positive_int, default=300)
     args = p.parse_args()
-    model = load_model(args.model)
-    if args.records:
-        plan = apply_records(model, args.records, None, batch=model.batch, progress=False)
-    else:
-        plan = solve_log(model, shipped_log(args.model))
+    model, plan = model_and_plan(p, args)
     prog = compile_model(model, plan, model.params(0))
     prog.set_inputs(*seeded_inputs(model))
     for _ in range(5):
