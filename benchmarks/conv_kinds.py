@@ -10,8 +10,8 @@ kernels use (:func:`kernels.peak.fma_peak`). A Winograd conv's rate counts the d
 FLOPs, so it can read over 100%.
 
 Then the weight-bound convs: those whose weights, read at 10 GB/s, take longer than their FLOPs
-at the peak (Winograd convs left out: their weights are transformed tiles, their FLOPs fewer). For them it prints their time, the weights' bytes, the rate those bytes came at over
-that time, and what they would take with their FMAs at 80% of the peak and their weights read at
+at the peak (Winograd convs left out: their weights are transformed tiles, their FLOPs fewer).
+For them it prints their time, the weights' bytes, the rate those bytes came at over that time, and what they would take with their FMAs at 80% of the peak and their weights read at
 the memory bandwidth measured here (every thread reading 256 MB, :mod:`kernels.sharing`): the
 most a better weight stream could win. Session 33 sized its lead so (benchmarks/README.md):
 Inception-v3's 20 weight-bound convs took 5.70 ms where 4.11 would do, ResNeXt-50's 9 took 4.60
@@ -20,7 +20,6 @@ where 3.53 would. Run nothing else meanwhile.
 from __future__ import annotations
 
 import argparse
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -32,7 +31,7 @@ from kernels.jit import host_cpu
 from kernels.peak import fma_peak
 from kernels.sharing import ITEMS, build_reader
 from kernels.threads import num_threads
-from kernels.timing import random_array
+from kernels.timing import measure, random_array
 from plan_args import add_plan_args, model_and_plan
 
 WEIGHT_BOUND_GBS = 10.0  # a conv is weight-bound when its weights at this rate outlast its FMAs at the peak
@@ -42,17 +41,9 @@ FMA_SHARE = 0.8  # the FMA efficiency the "would take" column allows a conv
 def memory_gbs(megabytes: int = 256) -> float:
     """GB/s of every thread reading a buffer too large for the caches (the best of 5 calls)."""
     floats = megabytes * (1 << 20) // 4
-    k = build_reader(floats)
-    run = k.bind(random_array((floats,), 1), np.zeros(64, np.float32))
-    run()
-    best = min(_seconds(run) for _ in range(5))
+    run = build_reader(floats).bind(random_array((floats,), 1), np.zeros(64, np.float32))
+    best = min(measure(run, number=1, repeat=5, warmup=1).results)
     return ITEMS * floats * 4 / best / 1e9  # each of the reader's items reads the whole buffer
-
-
-def _seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def kind(workload, winograd: bool) -> str:
@@ -63,8 +54,7 @@ def kind(workload, winograd: bool) -> str:
     '3x3 s2 depthwise'
     """
     kh, kw = workload.kernel_shape[2:]
-    groups = ("depthwise" if workload.groups == workload.in_channels and workload.groups > 1
-              else f"g{'>1' if workload.groups > 1 else '1'}")
+    groups = "depthwise" if workload.is_depthwise else f"g{'>1' if workload.groups > 1 else '1'}"
     return f"{kh}x{kw} s{workload.strides[0]} {groups}" + (" winograd" if winograd else "")
 
 
