@@ -1,12 +1,14 @@
 """Hand-run A/B of two tuning logs of one model: the plans they solve to, end to end.
 
-    python benchmarks/log_ab.py densenet-121 OLD.log[.gz] NEW.log [--rounds 30] [--calls 4]
+    python benchmarks/log_ab.py densenet-121 OLD.log[.gz] NEW.log [--rounds 30] [--calls 4] [--plans]
 
 Each log is solved as ``graph-tuner bench`` solves (the other steps costed, transforms
 measured as the plan needs them), each plan compiled once, and the two run in interleaved
 rounds in rotating order (``graph_tuner.rounds.timed_rounds``); the ratio pairs them round
 by round: above 1, the first log's plan took longer. What a change to the tuner (fewer
-trials, another search) costs or gains in the network.
+trials, another search) costs or gains in the network. With ``--plans`` the two files are
+graph-tuned logs (one record a conv layer, as ``graph-tuner solve -o`` writes), run as they
+are: what another way of solving (other costs, other candidates) gains on the same log.
 """
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ import argparse
 
 import numpy as np
 
-from graph_tuner.api import GraphTuner
+from graph_tuner.api import GraphTuner, apply_records
+from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
 from graph_tuner.plan_run import seeded_input
 from graph_tuner.rounds import median_ms, paired_ratio, timed_rounds
+from graph_tuner.shipped import shipped_log
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
 
@@ -30,15 +34,15 @@ def main() -> None:
     ap.add_argument("second")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--plans", action="store_true", help="the two files are graph-tuned logs: run them as they are")
     args = ap.parse_args()
-    model = load_model(args.model)
+    try:
+        model = load_model(args.model)
+        plans = {key: _plan(model, getattr(args, key), args.plans) for key in ("first", "second")}
+    except GraphTunerError as e:
+        ap.error(str(e))
     params, x = model.params(seed=0), seeded_input(model)
-    programs, plans = {}, {}
-    for key in ("first", "second"):
-        gt = GraphTuner(model, getattr(args, key), top_k=20)
-        gt.benchmark_steps()
-        plans[key] = gt.solve(measure=True)
-        programs[key] = compile_model(model, plans[key], params)
+    programs = {key: compile_model(model, plan, params) for key, plan in plans.items()}
     ref = programs["first"].run(x)[0]
     np.testing.assert_allclose(programs["second"].run(x)[0], ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
     times = timed_rounds({k: p.execute for k, p in programs.items()}, args.rounds * args.calls, rounds=args.rounds)
@@ -48,6 +52,16 @@ def main() -> None:
     for k in programs:
         print(f"  {k:<7} {getattr(args, k)}: median {med[k]:.3f} ms, predicted {plans[k].cost:.3f} ms")
     print(f"  first / second {ratio:.3f}x (90% interval {lo:.3f}-{hi:.3f})")
+
+
+def _plan(model, path: str, as_plan: bool):
+    """The plan a tuning log solves to as ``bench`` solves it, or (``as_plan``) the graph-tuned
+    log's own, costed with the shipped log's transforms and ratios where there is one."""
+    if as_plan:
+        return apply_records(model, path, tuning=shipped_log(model.name), progress=False)
+    gt = GraphTuner(model, path, top_k=20)
+    gt.benchmark_steps()
+    return gt.solve(measure=True)
 
 
 if __name__ == "__main__":
