@@ -13,8 +13,8 @@ input on every thread in the config's input layout ("after write"). Each call is
 own (``time.perf_counter`` around it; a few microseconds of the interpreter's, alike for a
 workload's candidates: convs of tens of microseconds and up are what this is for).
 
-Printed per workload: the fastest config each way, and how much slower than the best after a
-write the hot timing's pick runs then. ``-o`` writes a log of the after-write times (the
+Printed per workload (a layer's Winograd candidates apart, under their GEMM's): the fastest
+config each way, and how much slower than the best after a write the hot timing's pick runs then. ``-o`` writes a log of the after-write times (the
 conv records a solve needs, the log's transforms and step timings, no in-network ratios):
 ``graph-tuner solve MODEL --records PRODUCER.log -o P.log``, then ``python
 benchmarks/log_ab.py MODEL SHIPPED_PLAN.log P.log --plans`` runs the two plans side by side.
