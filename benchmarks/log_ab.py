@@ -7,8 +7,9 @@ measured as the plan needs them), each plan compiled once, and the two run in in
 rounds in rotating order (``graph_tuner.rounds.timed_rounds``); the ratio pairs them round
 by round: above 1, the first log's plan took longer. What a change to the tuner (fewer
 trials, another search) costs or gains in the network. With ``--plans`` the two files are
-graph-tuned logs (one record a conv layer, as ``graph-tuner solve -o`` writes), run as they
-are: what another way of solving (other costs, other candidates) gains on the same log.
+graph-tuned logs (one record a conv layer, as ``graph-tuner solve -o`` writes), their convs run
+as they are (the adds' and concats' layouts chosen by the cost model, as ``graph-tuner run``
+does): what another way of solving (other costs, other candidates) gains on the same log.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from graph_tuner.api import GraphTuner, apply_records
+from graph_tuner.api import apply_records, solve_log
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model
 from graph_tuner.loading import load_model
@@ -59,9 +60,7 @@ def _plan(model, path: str, as_plan: bool):
     log's own, costed with the shipped log's transforms and ratios where there is one."""
     if as_plan:
         return apply_records(model, path, tuning=shipped_log(model.name), progress=False)
-    gt = GraphTuner(model, path, top_k=20)
-    gt.benchmark_steps()
-    return gt.solve(measure=True)
+    return solve_log(model, path)
 
 
 if __name__ == "__main__":

@@ -627,7 +627,7 @@ class KernelTimer:
         texts = []
         for c in [config, *guesses]:
             try:
-                texts.append(self._kernel(workload, c, ir=True))
+                texts.append(self.kernel(workload, c, ir=True))
             except ValueError:
                 if c is config:
                     return
@@ -643,7 +643,7 @@ class KernelTimer:
 
         return (gemm_supported if workload in self.winograd else supported)(workload, config)
 
-    def _kernel(self, workload: Conv2DWorkload, config: Conv2DConfig, ir: bool = False):
+    def kernel(self, workload: Conv2DWorkload, config: Conv2DConfig, ir: bool = False):
         """The kernel timed for a config (its IR text with ``ir``): the conv with its
         epilogue, or the Winograd conv a GEMM workload stands for."""
         from kernels.conv2d import build_conv2d, kernel_ir
@@ -659,7 +659,7 @@ class KernelTimer:
         from kernels.timing import cold_arrays, measure, random_array
 
         try:
-            kernel = self._kernel(workload, config)
+            kernel = self.kernel(workload, config)
         except ValueError as e:
             raise MeasureError(INSTANTIATION_ERROR, str(e)) from None
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError
