@@ -7,6 +7,11 @@ umask (``mkstemp`` alone makes it 0o600, which a team's next user cannot read).
 When a command writes several outputs, :func:`atomic_write_all` writes them all or
 replaces none. A folder that cannot be written is a :class:`GraphTunerError`
 naming the path.
+
+A symbolic link is followed: its target is replaced, and the link stays. An output that is
+not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written through, as
+``open(path, "w")`` would, after the regular files are in place: a rename would replace the
+device itself (``solve -o /dev/null`` run as root once left ``/dev/null`` a regular file).
 """
 from __future__ import annotations
 
@@ -65,6 +70,15 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
+def _special(path: Path) -> bool:
+    """Whether ``path`` (its links followed) is there and neither a regular file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
     atomic_write_all({path: text})
@@ -80,19 +94,27 @@ def atomic_write_all(outputs: Mapping[str | os.PathLike, str | bytes]) -> None:
     'a\\nb\\n'
     """
     temps: list[tuple[str, Path]] = []
+    through: list[tuple[Path, bytes]] = []  # devices and pipes: written, never renamed over
     current = Path(".")
     try:
         for path, content in outputs.items():
             current = Path(path)
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            if _special(current):  # opened by its own name: /dev/stdout's link resolves only so
+                through.append((current, data))
+                continue
+            current = Path(os.path.realpath(current))  # a link's target, so that the link stays one
             fd, tmp = _temp_beside(current)
             temps.append((tmp, current))
-            data = content.encode("utf-8") if isinstance(content, str) else content
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
         for tmp, current in temps:
             os.replace(tmp, current)
+        for current, data in through:
+            with open(current, "wb") as f:
+                f.write(data)
     except OSError as e:
         raise _unwritable(current, e) from None
     finally:

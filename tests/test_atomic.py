@@ -78,3 +78,45 @@ def test_temp_files_of_killed_writers_are_swept(tmp_path):
     os.utime(other, (old, old))
     atomic_write_text(tmp_path / "plan.log", "x\n")
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_a_link_is_followed_and_stays_a_link(tmp_path):
+    target = tmp_path / "runs" / "plan.log"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "latest.log"
+    link.symlink_to(target)
+    atomic_write_text(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["plan.log"]  # no temp file left
+
+
+def test_a_device_or_pipe_is_written_through_not_replaced(tmp_path):
+    """A rename over /dev/null (as root) would leave it a regular file: special files are opened
+    and written as open(path, "w") would."""
+    before = os.stat(os.devnull)
+    atomic_write_all({os.devnull: "discarded\n", tmp_path / "plan.log": "kept\n"})
+    after = os.stat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    assert (tmp_path / "plan.log").read_text() == "kept\n"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so that opening it to write does not block
+    try:
+        atomic_write_text(fifo, "through the pipe\n")
+        assert os.read(reader, 100) == b"through the pipe\n" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    finally:
+        os.close(reader)
+
+
+def test_standard_output_by_name_is_written_through(tmp_path):
+    """/dev/stdout links to /proc/self/fd/1, whose own link (a pipe's) names no file: it is
+    opened by name, and stays a link."""
+    import subprocess
+    import sys
+
+    if not os.path.islink("/dev/stdout"):
+        pytest.skip("no /dev/stdout link here")
+    code = "from graph_tuner.atomic import atomic_write_text; atomic_write_text('/dev/stdout', 'to the pipe\\n')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "to the pipe\n" and os.path.islink("/dev/stdout")
