@@ -1,14 +1,17 @@
 """The PNG chart of a ``graph-tuner bench`` results file (matplotlib, an optional extra)."""
 from __future__ import annotations
 
+import io
 import os
 
+from graph_tuner.atomic import atomic_write_all
 from graph_tuner.bench_history import OUR_PLANS
 from graph_tuner.runtimes import OTHER_RUNTIMES
 
 
 def write_chart(results: dict, path: str | os.PathLike) -> None:
-    """Grouped bars: median latency per model and runtime, p90 as the error bar."""
+    """Grouped bars: median latency per model and runtime, p90 as the error bar (written whole,
+    as every output is: :mod:`graph_tuner.atomic`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,5 +33,7 @@ def write_chart(results: dict, path: str | os.PathLike) -> None:
     ax.set_title(f"end to end, batch 1, {results['machine']['threads']} threads, {results['machine']['cpu']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    atomic_write_all({path: png.getvalue()})
