@@ -70,7 +70,7 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def _special(path: Path) -> bool:
+def special_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` (its links followed) is there and neither a regular file nor a folder."""
     try:
         mode = os.stat(path).st_mode
@@ -100,7 +100,7 @@ def atomic_write_all(outputs: Mapping[str | os.PathLike, str | bytes]) -> None:
         for path, content in outputs.items():
             current = Path(path)
             data = content.encode("utf-8") if isinstance(content, str) else content
-            if _special(current):  # opened by its own name: /dev/stdout's link resolves only so
+            if special_file(current):  # opened by its own name: /dev/stdout's link resolves only so
                 through.append((current, data))
                 continue
             current = Path(os.path.realpath(current))  # a link's target, so that the link stays one

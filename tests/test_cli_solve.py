@@ -150,3 +150,27 @@ def test_records_timed_on_another_cpu_draw_a_warning(tmp_path, transform_log):
         p = run("solve", "resnet-18", "--records", log, "--transform-records", transform_log, "-o", out)
         assert p.returncode == 0, p.stderr
         assert (f"timed on not-{host}, not on this CPU ({host})" in p.stderr) == warned, p.stderr
+
+
+def test_plan_to_dev_null_stdout_or_through_a_link(tmp_path, transform_log):
+    """Devices are written through, not renamed over (as root that replaced /dev/null with a
+    regular file), and a link to the output stays a link to it."""
+    import os
+    import stat
+
+    before = os.stat(os.devnull)
+    p = run("solve", "resnet-18", "--records", X86, "--transform-records", transform_log, "-o", os.devnull)
+    assert p.returncode == 0, p.stderr
+    after = os.stat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    if os.path.islink("/dev/stdout"):  # the plan on standard output (a pipe here)
+        p = run("solve", "resnet-18", "--records", X86, "--transform-records", transform_log, "-o", "/dev/stdout")
+        assert p.returncode == 0, p.stderr
+        assert sum(line.startswith("{") for line in p.stdout.splitlines()) == 21  # one record a conv
+    target = tmp_path / "plans" / "r18.log"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    (tmp_path / "latest.log").symlink_to(target)
+    p = run("solve", "resnet-18", "--records", X86, "--transform-records", transform_log, "-o", tmp_path / "latest.log")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "latest.log").is_symlink() and len(target.read_text().splitlines()) == 21

@@ -85,21 +85,26 @@ def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> 
     ...
     graph_tuner.errors.GraphTunerError: -o a.log is also --records: that would overwrite your input; choose another -o
     """
+    from graph_tuner.atomic import special_file
     from graph_tuner.errors import GraphTunerError
 
     seen: list[tuple[str, str]] = [(opt, str(p)) for opt, p in inputs.items() if p is not None]
     for opt, path in ((o, str(p)) for o, p in outputs.items() if p is not None):
         if os.path.isdir(path):
             raise GraphTunerError(f"{opt} {path} is a folder; give a file path")
-        # The folder it goes in, or the first of its missing parents' that exists (the
-        # writer creates the rest): learn now, not after minutes of solving or timing.
-        folder = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(folder):
-            folder = os.path.dirname(folder)
-        if not os.path.isdir(folder):
-            raise GraphTunerError(f"{opt} {path}: {folder} is a file, not a folder; choose another {opt}")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise GraphTunerError(f"{opt} {path}: the folder {folder} is not writable; choose another {opt}")
+        if special_file(path):  # /dev/null, a pipe: written through (graph_tuner.atomic), no folder needed
+            if not os.access(path, os.W_OK):
+                raise GraphTunerError(f"{opt} {path} is not writable; choose another {opt}")
+        else:
+            # The folder it goes in (a link's target's), or the first of its missing parents' that
+            # exists (the writer creates the rest): learn now, not after minutes of solving or timing.
+            folder = os.path.dirname(os.path.realpath(path))
+            while not os.path.exists(folder):
+                folder = os.path.dirname(folder)
+            if not os.path.isdir(folder):
+                raise GraphTunerError(f"{opt} {path}: {folder} is a file, not a folder; choose another {opt}")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise GraphTunerError(f"{opt} {path}: the folder {folder} is not writable; choose another {opt}")
         for other, prior in seen:
             if _same_file(path, prior):
                 what = "overwrite your input" if other in inputs else "write both outputs to one file"
