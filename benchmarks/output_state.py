@@ -20,7 +20,6 @@ Each column is the median of ``--calls`` calls in ms (the last: of a tenth of th
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
@@ -28,19 +27,14 @@ from graph_tuner.commands import positive_int
 from graph_tuner.executor import compile_model
 from graph_tuner.plan_run import seeded_inputs
 from kernels.jit import BoundKernel, host_cpu
+from kernels import timing
 from kernels.sharing import build_reader
 from plan_args import add_plan_args, model_and_plan
 
 
 def per_call(fn, before, calls: int) -> float:
     """Median ms of ``fn()`` over ``calls`` calls, each right after ``before()``."""
-    clock, times = time.perf_counter, []
-    for _ in range(calls):
-        before()
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return float(np.median(times)) * 1e3
+    return timing.per_call(fn, before, calls) * 1e3
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from graph_tuner.atomic import atomic_write_text
 from graph_tuner.commands import positive_int
 from graph_tuner.shipped import shipped_log, shipped_models
 from kernels.jit import host_cpu
@@ -140,7 +141,7 @@ def main() -> None:
                 print(row(done[-1]), flush=True)
     finally:  # the checks done so far are kept, and on a failure the files it names
         if args.out:
-            Path(args.out).write_text(json.dumps(done, indent=1))
+            atomic_write_text(args.out, json.dumps(done, indent=1))
     shutil.rmtree(work)
     steady = [c for c in done if c["steady"]]
     print(f"within {TARGET:.0%}: {within(done)} checks; steady ones: {within(steady)}; in the steady "

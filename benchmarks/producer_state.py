@@ -10,7 +10,7 @@ every candidate a solve of ``LOG`` (default: the log shipped for this CPU) consi
 layer's ``top_k`` 20) is timed both ways, in interleaved rounds, with the tuner's epilogue and
 weights from memory: back to back ("hot"), and right after an elementwise pass over its input
 on every thread in the config's input layout ("after write"). Each call is timed on its own
-(``time.perf_counter`` around it; a few microseconds of the interpreter's, alike for a
+(:func:`kernels.timing.per_call`: a few microseconds of the interpreter's, alike for a
 workload's candidates: convs of tens of microseconds and up are what this is for).
 
 Printed per workload (a layer's Winograd candidates apart, under their GEMM's): the fastest
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 from graph_tuner.api import GraphTuner
 from graph_tuner.atomic import atomic_write_all
@@ -39,10 +38,10 @@ from graph_tuner.shipped import shipped_logs
 from graph_tuner.tuning import model_timer
 from kernels.elementwise import build_elementwise
 from kernels.jit import host_cpu
-from kernels.timing import cold_arrays, random_array
-from kernels.tuner import PARAMETERS
+from kernels.timing import cold_arrays, per_call
+from kernels.tuner import PARAMETERS, kernel_arguments
 
-ROUNDS, CALLS = 3, 25  # per state: rounds interleaving a workload's candidates, calls per round (3 warm-up)
+ROUNDS, CALLS, WARMUP = 3, 22, 3  # per state: rounds interleaving a workload's candidates; calls a round
 
 
 def main() -> None:
@@ -100,7 +99,7 @@ def _time_both(timer, w, configs) -> dict:
     setups = []
     for cfg, (c, layer) in configs.items():
         k = timer.kernel(w, cfg)
-        arrays = {n: random_array(s, i) for i, (n, s) in enumerate(k.arg_shapes.items()) if s is not None}
+        arrays = kernel_arguments(k)
         run = cold_arrays(k.bind, arrays, PARAMETERS)
         ew = build_elementwise(layer.data_shape, cfg.ic_bn if cfg.ic_bn > 1 else None, "relu", affine=False)
         data = arrays["data"].reshape(ew.input_shape)  # relu in place: the values stay valid inputs
@@ -108,16 +107,13 @@ def _time_both(timer, w, configs) -> dict:
     rounds = {cfg: ([], []) for cfg, _, _ in setups}
     for _ in range(ROUNDS):
         for cfg, run, write in setups:
-            for state, before in enumerate((None, write)):
-                ts = []
-                for _ in range(CALLS):
-                    if before is not None:
-                        before()
-                    t0 = time.perf_counter()
-                    run()
-                    ts.append(time.perf_counter() - t0)
-                rounds[cfg][state].append(statistics.median(ts[3:]))
+            for state, before in enumerate((_nothing, write)):
+                rounds[cfg][state].append(per_call(run, before, CALLS, warmup=WARMUP))
     return {cfg: (statistics.median(h), statistics.median(a)) for cfg, (h, a) in rounds.items()}
+
+
+def _nothing() -> None:
+    pass
 
 
 def _name(cfg) -> str:

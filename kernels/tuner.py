@@ -578,6 +578,15 @@ def _run(measure, workload: Conv2DWorkload, space: Space, index: int, config: Co
 PARAMETERS = ("weight", "bias", "scale2", "shift2")  # a conv's arguments that are not activations
 
 
+def kernel_arguments(kernel) -> dict:
+    """Every argument ``kernel`` was built with (data, weight, out and its epilogue's), as a
+    new random-filled array (:func:`kernels.timing.random_array`, seeded by its place)."""
+    from kernels.timing import random_array
+
+    return {name: random_array(shape, seed) for seed, (name, shape) in enumerate(kernel.arg_shapes.items())
+            if shape is not None}
+
+
 class KernelTimer:
     """The default ``measure``: build the kernel (:func:`kernels.conv2d.build_conv2d`, or for a
     Winograd GEMM workload in ``winograd`` the whole :func:`kernels.winograd.build_winograd`;
@@ -656,7 +665,7 @@ class KernelTimer:
         return (winograd_ir if ir else build_winograd)(conv, config, **winograd_epilogue(epilogue))
 
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:
-        from kernels.timing import cold_arrays, measure, random_array
+        from kernels.timing import cold_arrays, measure
 
         try:
             kernel = self.kernel(workload, config)
@@ -665,9 +674,7 @@ class KernelTimer:
         except RuntimeError as e:  # llvmlite reports LLVM failures as RuntimeError
             raise MeasureError(COMPILE_HOST, str(e)) from None
         try:
-            # Every argument the kernel was built with (data, weight, out and its epilogue's).
-            arrays = {name: random_array(shape, seed) for seed, (name, shape) in enumerate(kernel.arg_shapes.items())
-                      if shape is not None}
+            arrays = kernel_arguments(kernel)
             run = kernel.bind(**arrays)
             run()
             best = self.best.get(workload)
