@@ -6,7 +6,7 @@ machine's: a plan solved from them is optimal there, so the main job prefers the
 the CPU it runs on.
 
 >>> sorted(shipped_logs("resnet-18"))
-['rocketlake', 'znver3', 'znver4', 'znver5']
+['emeraldrapids', 'rocketlake', 'znver3', 'znver4', 'znver5']
 """
 from __future__ import annotations
 
