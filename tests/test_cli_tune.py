@@ -1,6 +1,7 @@
 """`graph-tuner tune`: a real run on a tiny ONNX model, resume, and clean one-line errors."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ def test_tune_tiny_model_then_resume(tiny_onnx, tmp_path, monkeypatch, capsys):
     assert "[1/2]" in out and "[2/2]" in out and "GFLOP/s" in out
     assert out.count("3 new + 0 logged of 3 trials") == 2  # each workload's budget (the floor: all 3)
     assert "host while tuning: one-thread conv " in out  # the host's speed, first and last
+    # the whole step's time, with the conv search's part of it (no larger than the whole)
+    whole, search = map(float, re.search(r"tuned 2 workloads in ([\d.]+) s \(the conv search ([\d.]+) s\)", out).groups())
+    assert 0 < search <= whole
     parsed = read_records(log)
     # 3 trials per workload, then each workload's winners (one per layout pair, <= 3) re-timed 3 times
     configs = {(r.workload, r.config_index) for r in parsed.records}
