@@ -254,6 +254,18 @@ def compile_linked(ir_texts: Sequence[str]) -> CompiledModule:
         return _jit(module)
 
 
+def compile_shared(ir_text: str, names: Sequence[str]) -> CompiledModule:
+    """Compile a module whose functions other modules declare and call by name (as kernels
+    call ``gt_parallel``) and bind ``names`` for the JIT linker; cached by text as
+    :func:`compile_ir`. A name is bound process-wide, so it must stand for one code: make it
+    from a digest of the text. Compile this before any module that calls it is linked: a
+    name the linker cannot resolve is a fatal LLVM error, not an exception."""
+    compiled = compile_ir(ir_text)
+    for name in names:
+        llvm.add_symbol(name, compiled[name])
+    return compiled
+
+
 def _jit(module: llvm.ModuleRef) -> CompiledModule:
     """Optimise and JIT-compile a parsed module (``_lock`` held)."""
     _optimise(module)

@@ -23,6 +23,7 @@ than a direct conv; outputs agree with it to about 1e-5 relative to their scale.
 """
 from __future__ import annotations
 
+import hashlib
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from kernels.activations import activation_key, epilogue
 from kernels.config import Conv2DConfig
 from kernels.conv2d import SCRATCH_ARG, compact_input, conv2d_ir, pads_by_copy, supported as conv2d_supported
 from kernels.ir import IntrinsicSet, arg_ptr, declare_once, decompose, fsplat, vector_chunks, vty
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
+from kernels.jit import IRFunction, Kernel, compile_ir, compile_shared, host_cpu, kernel_cache
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
@@ -230,37 +231,67 @@ def output_transform_ir(name: str, workload: Conv2DWorkload, block: int, lanes: 
 def winograd_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                 activation=None, affine_out: bool = False, affine_activation=None, name: str = "winograd",
                 lanes: int | None = None) -> str:
-    """IR of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then V and M)."""
+    """IR of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then V and M): the GEMM,
+    calling the transform phases, which are compiled apart (:func:`_phase`) when this is called."""
     return _winograd_text(workload, config, bias, residual, activation, affine_out, affine_activation, name,
                           lanes or host_cpu().lanes, num_threads())
 
 
+_NAME = "gt_winograd_phase"  # stands for a phase's name until the text is hashed
+
+
+@kernel_cache(maxsize=64)
+def _phase(kind: str, workload: Conv2DWorkload, block: int, lanes: int, bias: bool = False, residual: bool = False,
+           activation=None, affine_out: bool = False, affine_activation=None) -> str:
+    """The name of the input (``kind`` "in") or output ("out") transform phase of a Winograd
+    conv, ``void @name(ptr args, i32 nthreads)``, compiled in a module of its own and bound for
+    the JIT linker (:func:`kernels.jit.compile_shared`), the name a digest of its text.
+
+    A transform depends on the conv, one block size and the epilogue, not on the GEMM's
+    schedule, so the configs a tuner tries share a few: compiled into each config's module,
+    the transforms had been 70-85% of its compile time (DenseNet-121's 3x3 convs, session 36).
+    """
+    intr = IntrinsicSet()
+    n, th = workload.data_shape[0], tiles(workload)[0]
+    item = f"{_NAME}_item"
+    if kind == "in":
+        body = input_transform_ir(item, workload, block, lanes, intr)
+        items = n * (workload.in_channels // block) * th
+    else:
+        body = output_transform_ir(item, workload, block, lanes, intr, bias=bias, residual=residual,
+                                   activation=activation, affine_out=affine_out, affine_activation=affine_activation)
+        items = n * (workload.out_channels // block) * th
+    text = declare_once(body + intr.declarations() + parallel_entry_ir(_NAME, [(item, items)]))
+    name = f"gt_winograd_{kind}_{hashlib.sha1(text.encode()).hexdigest()[:20]}"
+    text = text.replace(_NAME, name)
+    compile_shared(text, [name])
+    return name
+
+
 # As kernels.conv2d._conv2d_text: the tuner asks for a config's text up to three times.
 # ``threads`` is only part of the key (the GEMM's text splits its rows by the thread count).
+# Getting the text compiles its transform phases (_phase), which the text calls by name: so
+# they are linkable before any module of this text is, here or compiled by a helper process.
 @kernel_cache(maxsize=16)
 def _winograd_text(workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool, activation,
                    affine_out: bool, affine_activation, name: str, lanes: int, threads: int) -> str:
     gemm = gemm_workload(workload)
     if not gemm_supported(gemm, config):
         raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
-    n = workload.data_shape[0]
-    th, _ = tiles(workload)
-    c, oc = workload.in_channels, workload.out_channels
-    intr = IntrinsicSet()
-    text = input_transform_ir(f"{name}_in", workload, config.ic_bn, lanes, intr)
-    text += output_transform_ir(f"{name}_out", workload, config.oc_bn, lanes, intr, bias=bias, residual=residual,
-                                activation=activation, affine_out=affine_out, affine_activation=affine_activation)
     if pads_by_copy(gemm, config) or compact_input(gemm) is not None:  # never for a 1x1 stride-1 conv
         raise ValueError(f"the Winograd GEMM {gemm} would need scratch of its own")
-    text += conv2d_ir(gemm, config, name=f"{name}_gemm", lanes=lanes) + intr.declarations()
-    text += parallel_entry_ir(f"{name}_phase_in", [(f"{name}_in", n * (c // config.ic_bn) * th)])
-    text += parallel_entry_ir(f"{name}_phase_out", [(f"{name}_out", n * (oc // config.oc_bn) * th)])
+    phase_in = _phase("in", workload, config.ic_bn, lanes)
+    phase_out = _phase("out", workload, config.oc_bn, lanes, bias, residual, activation, affine_out,
+                       affine_activation)
+    text = conv2d_ir(gemm, config, name=f"{name}_gemm", lanes=lanes)
     # The GEMM's own argument block: data = V, weight = U, out = M, the rest null (kernels.conv2d.ARGS
     # and its scratch slot, unused by a 1x1 stride-1 conv).
     slots = SCRATCH_ARG + 1
-    return declare_once(text) + f"""define void @{name}(ptr %args, i32 %nthreads) nounwind {{
+    return declare_once(text) + f"""declare void @{phase_in}(ptr, i32)
+declare void @{phase_out}(ptr, i32)
+define void @{name}(ptr %args, i32 %nthreads) nounwind {{
 entry:
-  call void @{name}_phase_in(ptr %args, i32 %nthreads)
+  call void @{phase_in}(ptr %args, i32 %nthreads)
   %gargs = alloca [{slots} x ptr], align 8
   call void @llvm.memset.p0.i64(ptr %gargs, i8 0, i64 {8 * slots}, i1 false)
   %vp = getelementptr inbounds ptr, ptr %args, i64 {V_ARG}
@@ -275,7 +306,7 @@ entry:
   %g2 = getelementptr inbounds ptr, ptr %gargs, i64 2
   store ptr %m, ptr %g2, align 8
   call void @{name}_gemm(ptr %gargs, i32 %nthreads)
-  call void @{name}_phase_out(ptr %args, i32 %nthreads)
+  call void @{phase_out}(ptr %args, i32 %nthreads)
   ret void
 }}
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)

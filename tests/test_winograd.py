@@ -266,3 +266,38 @@ def test_a_gemm_two_convs_share_is_not_tuned():
     alone = GraphBuilder("alone")
     one = alone.build(alone.conv(alone.input((1, 64, 16, 16)), 64, 3, padding=1, name="a"))
     assert len(tuning_workloads(one)) == 1 and len(convs_of(one)) == 1  # the same conv without its twin
+
+
+def _phases(text: str) -> tuple[str, str]:
+    import re
+
+    (phase_in,), (phase_out,) = (re.findall(rf"declare void @(gt_winograd_{k}_\w+)\(", text) for k in ("in", "out"))
+    return phase_in, phase_out
+
+
+def test_configs_share_the_transforms_of_their_blocks():
+    """A transform is compiled once for all the configs with its block (and epilogue): the
+    kernel's text calls it by a name made from its code."""
+    from kernels.winograd import winograd_ir
+
+    wl = Conv2DWorkload((1, 32, 14, 14), (32, 32, 3, 3), padding=(1, 1, 1, 1))
+    a, b, c = (winograd_ir(wl, Conv2DConfig(16, ocb, ow, False, 1)) for ocb, ow in ((16, 2), (16, 3), (8, 3)))
+    assert _phases(a) == _phases(b) and a != b  # another register tile: the same transforms
+    assert _phases(c)[0] == _phases(a)[0] and _phases(c)[1] != _phases(a)[1]  # another output block
+    relu = winograd_ir(wl, Conv2DConfig(16, 16, 2, False, 1), activation="relu")
+    assert _phases(relu)[0] == _phases(a)[0] and _phases(relu)[1] != _phases(a)[1]  # another epilogue
+    other = winograd_ir(Conv2DWorkload((1, 32, 7, 7), (32, 32, 3, 3), padding=(1, 1, 1, 1)), Conv2DConfig(16, 16, 2))
+    assert set(_phases(other)).isdisjoint(_phases(a))  # another conv
+
+
+def test_a_kernel_a_helper_compiled_links_its_transforms():
+    """The object code a helper process makes calls the transforms by name: they resolve
+    when it is linked here (the text's making compiled them), and the kernel is right."""
+    from kernels import jit
+    from kernels.winograd import winograd_ir
+
+    wl = Conv2DWorkload((1, 16, 9, 11), (24, 16, 3, 3), padding=(1, 1, 1, 1))
+    cfgs = [Conv2DConfig(8, 8, 1, False, 2), Conv2DConfig(16, 8, 2, False, 1), Conv2DConfig(4, 24, 3, False, 1)]
+    jit.compile_ahead([winograd_ir(wl, c, bias=True) for c in cfgs])  # one here, the others on a helper
+    for c in cfgs:
+        _run(wl, c, bias=True)
