@@ -14,6 +14,10 @@ image of tiles (:func:`gemm_workload`), which is :mod:`kernels.conv2d`'s code, t
 3. output transform: ``Y = A^T M A`` per tile, then the conv's epilogue (bias, residual,
    activation), stored where the tile lies inside the output.
 
+The transforms do not depend on the GEMM's schedule: each is compiled in a module of its own,
+once per channel block and epilogue, and the kernel calls it by name (:func:`_phase`), so a
+tuner's configs compile only their GEMM.
+
 Float32 rounding: the transforms' constants (up to 8 and 1/24) lose about 3 more digits
 than a direct conv; outputs agree with it to about 1e-5 relative to their scale.
 
