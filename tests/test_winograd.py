@@ -298,6 +298,6 @@ def test_a_kernel_a_helper_compiled_links_its_transforms():
 
     wl = Conv2DWorkload((1, 16, 9, 11), (24, 16, 3, 3), padding=(1, 1, 1, 1))
     cfgs = [Conv2DConfig(8, 8, 1, False, 2), Conv2DConfig(16, 8, 2, False, 1), Conv2DConfig(4, 24, 3, False, 1)]
-    jit.compile_ahead([winograd_ir(wl, c, bias=True) for c in cfgs])  # one here, the others on a helper
+    jit.compile_ahead([winograd_ir(wl, c, bias=True) for c in cfgs])  # the second on a helper (given a second core)
     for c in cfgs:
         _run(wl, c, bias=True)
