@@ -78,12 +78,10 @@ def _plan(model, path: str, as_plan: bool):
 
 def _with_baseline(model, path: str, name: str):
     """The plan a tuning log solves to and its baseline ``name``, as ``bench`` forms both."""
-    gt = GraphTuner(model, path)
-    gt.benchmark_steps()
-    base = gt.baseline_plan(name, measure=True)
-    if base is None:
+    plans = GraphTuner(model, path).bench_plans((name,))
+    if plans[name] is None:
         raise GraphTunerError(f"{path}: the log cannot form the {name} plan (a layer lacks its record)")
-    return gt.solve(measure=True), base
+    return plans["graph_tuned"], plans[name]
 
 
 if __name__ == "__main__":

@@ -318,6 +318,17 @@ class GraphTuner:
                                 solver=f"{name} (dp over joins)", estimated=self.transforms.estimated,
                                 step_ms=costs.step_costs(self.step_ms), target=self.target)
 
+    def bench_plans(self, baselines: Iterable[str] = ("history_best", "default")) -> dict[str, Plan | None]:
+        """The plans ``graph-tuner bench`` runs: ``graph_tuned``, with the whole network in the
+        objective (the other steps costed: :meth:`benchmark_steps`), and each of ``baselines``
+        (:meth:`baseline_plan`, None where the log cannot form it), their transforms measured as
+        they need (this CPU's cache)."""
+        self.benchmark_steps()
+        plans = {"graph_tuned": self.solve(measure=True)}
+        for name in baselines:
+            plans[name] = self.baseline_plan(name, measure=True)
+        return plans
+
     def _check_calibration_cpu(self) -> None:
         """Calibrated records carry this CPU's times under their target string: only for records
         timed on this CPU."""
@@ -338,9 +349,7 @@ def solve_log(model: Model, log, top_k: int = 20) -> Plan:
     :meth:`GraphTuner.benchmark_steps`), the transforms it needs measured (this CPU's cache), as
     ``graph-tuner solve`` and ``bench`` do; what the benchmarks that need no more of the tuner
     run. Solved without the steps, a plan leaves them out of the objective and may be another."""
-    gt = GraphTuner(model, log, top_k=top_k)
-    gt.benchmark_steps()
-    return gt.solve(measure=True)
+    return GraphTuner(model, log, top_k=top_k).bench_plans(())["graph_tuned"]
 
 
 def apply_records(

@@ -112,13 +112,9 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     model = rewritten(given)
     log, log_note = tuning_log(name, work_dir, trials, progress)
     gt = GraphTuner(model, log, top_k=20)
-    gt.benchmark_steps()
-    plans = {"graph_tuned": gt.solve(measure=True)}
+    plans = gt.bench_plans()
     notes = ([log_note] if log_note else []) + list(plans["graph_tuned"].notes)
-    for base in ("history_best", "default"):
-        plans[base] = gt.baseline_plan(base, measure=True)
-        if plans[base] is None:
-            notes.append(f"{base}: the log cannot form this plan")
+    notes += [f"{base}: the log cannot form this plan" for base, plan in plans.items() if plan is None]
     params, x = model.params(seed=0), seeded_input(model)
     threads = num_threads()
 
