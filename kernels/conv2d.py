@@ -338,6 +338,32 @@ def pads_by_copy(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     return any(workload.padding) and min(config.oh_bn, workload.out_height) > 1
 
 
+def columns_first(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether a tall conv (``KW == 1 < KH``: Inception's 7x1 and 3x1) runs over the plane's
+    columns: its code is the ``1 x KH`` conv's over the transposed plane (register tiles
+    ``ow_bn`` output rows tall, ``KH`` taps along them), reading and writing the same NCHWc
+    arrays. Taken where ``unroll_kw`` (the taps unrolled, as for a wide conv): with one tap
+    in a row, that knob chose nothing else, so its two values were two timings of one kernel.
+
+    Over rows, every tap of a tall conv broadcasts its own pixels (one per two FMAs in a tile
+    of two vectors); unrolled along a column, neighbouring taps share them, as a wide conv's
+    do along its row. Inception-v3's 192->192 1x7 conv at 17x17 ran 1.40x as fast as its 7x1
+    (their best configs in session 35's log). By columns, its six tall workloads' best configs
+    took 0.81-0.97x the time of their best over rows, and its plan 0.946x and 0.968x, re-tuned
+    for them alone (benchmarks/README.md, session 37). The tuner still times both forms: by
+    columns, a tile's pixels are a row apart, and some blocks and tiles ran slower so (to 1.10x).
+
+    >>> tall = Conv2DWorkload((1, 8, 17, 17), (8, 8, 7, 1), padding=(3, 0, 3, 0))
+    >>> columns_first(tall, Conv2DConfig(8, 8, 9, True)), columns_first(tall, Conv2DConfig(8, 8, 9, False))
+    (True, False)
+    >>> columns_first(Conv2DWorkload((1, 8, 17, 17), (8, 8, 1, 7), padding=(0, 3, 0, 3)), Conv2DConfig(8, 8, 9, True))
+    False
+    """
+    KH, KW = workload.kernel_shape[2:]
+    return (KW == 1 < KH and config.unroll_kw and workload.groups == 1 and not pads_by_copy(workload, config)
+            and compact_input(workload) is None)
+
+
 def _check(workload: Conv2DWorkload, config: Conv2DConfig, activation) -> None:
     if workload.out_dtype != "float32" or workload.layout != "NCHW":
         raise ValueError(f"only float32 NCHW conv2d is supported, got {workload.layout}/{workload.out_dtype}")
@@ -417,6 +443,13 @@ class ConvContext:
     Hs: int
     Ws: int
     origin: int
+    # Floats between neighbouring pixels of the input as read and of the output, down a row
+    # block's rows and along a tile: a row apart and one pixel apart, or the other way round
+    # for a conv tiled by columns (columns_first).
+    in_row: int
+    in_col: int
+    out_row: int
+    out_col: int
     lanes: int  # floats per vector register
     chunks: list[tuple[int, int]]  # the output block's vectors (offset, width)
     ohb: int  # register tile rows
@@ -454,6 +487,11 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
     padded = any(workload.padding)
     copy_pad = pads_by_copy(workload, config)
     Hs, Ws = (H + top + bottom, W + left + right) if copy_pad or not padded else (H, W)
+    in_row, in_col, out_row, out_col = Ws * config.ic_bn, config.ic_bn, OW * config.oc_bn, config.oc_bn
+    if columns_first(workload, config):  # the same code over the transposed plane
+        H, W, KH, KW, OH, OW, sh, sw, dh, dw = W, H, KW, KH, OW, OH, sw, sh, dw, dh
+        top, left, bottom, right = left, top, right, bottom
+        in_row, in_col, out_row, out_col = in_col, in_row, out_col, out_row
     icb, ocb, icr = config.ic_bn, config.oc_bn, reduction_block(workload, config)
     ICgB, OCB = ICg // icr, OC // ocb
     ohb = min(config.oh_bn, OH)
@@ -477,7 +515,8 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         N=N, IC=IC, H=H, W=W, OC=OC, ICg=ICg, KH=KH, KW=KW, OH=OH, OW=OW, sh=sh, sw=sw, dh=dh, dw=dw,
         top=top, left=left, bottom=bottom, icb=icb, icr=icr, ocb=ocb, ICB=IC // icb, OCB=OCB, ICgB=ICgB,
         OCg=OC // workload.groups, padded=padded, copy_pad=copy_pad, compact=compact, Hs=Hs, Ws=Ws,
-        origin=0 if copy_pad else -(top * W + left) * icb, lanes=lanes, chunks=vector_chunks(ocb, lanes),
+        origin=0 if copy_pad else -(top * in_row + left * in_col), in_row=in_row, in_col=in_col,
+        out_row=out_row, out_col=out_col, lanes=lanes, chunks=vector_chunks(ocb, lanes),
         ohb=ohb, T=T, rows_first=rows_first,
         G=G, NB=NB, steps_ic=steps_ic, steps_per_row_tile=steps_per_row_tile,
         slice_floats=slice_floats, slice_lines=slice_lines, pf_per_step=pf,
@@ -668,8 +707,8 @@ def emit_tile(rb: RowBlock, width: int, ow0: str, index: str, edge: int | None =
                 if key not in rb.slots:
                     rb.slots[key] = f.slot(vty(w))
                 acc[key] = rb.slots[key]
-    obase = f.affine(("%n", c.OCB * c.OH * c.OW * c.ocb), ("%ob", c.OH * c.OW * c.ocb), ("%oh0", c.OW * c.ocb),
-                     (ow0, c.ocb))
+    obase = f.affine(("%n", c.OCB * c.OH * c.OW * c.ocb), ("%ob", c.OH * c.OW * c.ocb), ("%oh0", c.out_row),
+                     (ow0, c.out_col))
     tile = Tile(width, ow0, index, edge, acc, obase)
     if rb.mode == "all":
         _start_accumulators(rb, tile)
@@ -690,7 +729,7 @@ def emit_tile(rb: RowBlock, width: int, ow0: str, index: str, edge: int | None =
 def _output_at(rb: RowBlock, tile: Tile, r: int, t: int, k: int) -> str:
     """The output offset of chunk ``k`` of pixel ``t`` in row ``r`` of a tile."""
     c = rb.c
-    return rb.f.add(tile.obase, (r * c.OW + t) * c.ocb + c.chunks[k][0])
+    return rb.f.add(tile.obase, r * c.out_row + t * c.out_col + c.chunks[k][0])
 
 
 def _load_partial_sums(rb: RowBlock, tile: Tile) -> None:
@@ -763,10 +802,10 @@ def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: st
     kwc = kw * c.icr * c.ocb if isinstance(kw, int) else 0
     wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icr * c.ocb), (icg, c.KH * c.KW * c.icr * c.ocb),
                      (kh, c.KW * c.icr * c.ocb), *kwv, (ic, c.ocb), const=kwc)
-    kwv = [(kw, c.dw * c.icb)] if isinstance(kw, str) else []
-    kwc = kw * c.dw * c.icb if isinstance(kw, int) else 0
-    dbase = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.Ws * c.icb),
-                     (kh, c.dh * c.Ws * c.icb), (tile.ow0, c.sw * c.icb), *kwv, (ic, 1),
+    kwv = [(kw, c.dw * c.in_col)] if isinstance(kw, str) else []
+    kwc = kw * c.dw * c.in_col if isinstance(kw, int) else 0
+    dbase = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
+                     (kh, c.dh * c.in_row), (tile.ow0, c.sw * c.in_col), *kwv, (ic, 1),
                      *([(rb.lane_start, 1)] if rb.lane_start != "0" else []), const=kwc + c.origin)
     if rb.pre is not None:
         dbase = ic
@@ -782,11 +821,11 @@ def _prologue(rb: RowBlock, tile: Tile, icg: str, at: str) -> None:
     channel = [f.affine((icg, c.icb), const=off) for off, _ in chunks]
     scale = [f.load(vty(w), f.gep(rb.scale_in, a)) for a, (_, w) in zip(channel, chunks)]
     shift = [f.load(vty(w), f.gep(rb.shift_in, a)) for a, (_, w) in zip(channel, chunks)]
-    base = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (icg, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.Ws * c.icb),
-                    (tile.ow0, c.sw * c.icb))
+    base = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (icg, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
+                    (tile.ow0, c.sw * c.in_col))
     for r in range(rb.rows):
         for t in range(tile.width):
-            pixel = r * c.sh * c.Ws * c.icb + t * c.sw * c.icb
+            pixel = r * c.sh * c.in_row + t * c.sw * c.in_col
             for k, (off, w) in enumerate(chunks):
                 x = f.load(vty(w), f.gep(rb.data, f.add(base, pixel + off)))
                 y = epilogue(f, rb.intr, rb.intr.call(f, "fma", w, x, scale[k], shift[k]), w, None,
@@ -822,7 +861,7 @@ def _fma_tile(rb: RowBlock, tile: Tile, pix: list[tuple[int, int]], wbase: str, 
             x = f.load("float", f.gep(rb.pre, f.add(f.add(rb.pre_at, dbase) if rb.pre_at != "0" else dbase,
                                                     (r * tile.width + t) * c.icb)))
         else:
-            x = f.load("float", f.gep(rb.data, f.add(dbase, r * c.sh * c.Ws * c.icb + t * c.sw * c.icb)))
+            x = f.load("float", f.gep(rb.data, f.add(dbase, r * c.sh * c.in_row + t * c.sw * c.in_col)))
         return {w: splat(f, x, w) for w in widths}
 
     def weights(k: int) -> str:

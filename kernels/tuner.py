@@ -68,7 +68,7 @@ import numpy as np
 from kernels.config import Conv2DConfig
 from kernels.config_space import Space, fallback_config, tuning_space
 # supported: the codegen's own checks, never try what cannot build
-from kernels.conv2d import kernel_workload, reduction_block, supported
+from kernels.conv2d import columns_first, kernel_workload, reduction_block, supported
 from kernels.depthwise import runs_lanewise
 from kernels.workload import Conv2DWorkload
 
@@ -186,7 +186,8 @@ def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int, prologue: bool 
     (``prologue``: the kernel transforms its input, which decides its rows' order and joins)."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    ow = kernel_workload(workload, c, prologue=prologue).out_width  # rows a 1x1 kernel joins into one have one tail
+    kw = kernel_workload(workload, c, prologue=prologue)  # rows a 1x1 kernel joins into one have one tail
+    ow = kw.out_height if columns_first(workload, c) else kw.out_width  # tiles run down a column
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
     return c.ow_bn * c.oh_bn * vectors, utilisation, waste
 
