@@ -186,8 +186,8 @@ def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int, prologue: bool 
     (``prologue``: the kernel transforms its input, which decides its rows' order and joins)."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    kw = kernel_workload(workload, c, prologue=prologue)  # rows a 1x1 kernel joins into one have one tail
-    ow = kw.out_height if columns_first(workload, c) else kw.out_width  # tiles run down a column
+    main = kernel_workload(workload, c, prologue=prologue)  # rows a 1x1 kernel joins into one have one tail
+    ow = main.out_height if columns_first(workload, c) else main.out_width  # or tiles run down a column
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
     return c.ow_bn * c.oh_bn * vectors, utilisation, waste
 
