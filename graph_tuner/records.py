@@ -55,7 +55,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from graph_tuner import record_checks as checks
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.record_checks import show
-from kernels.config_space import entity_config
+from kernels.config_space import entity_config, tuning_space
+from kernels.conv2d import columns_first
 from kernels.workload import Conv2DWorkload
 
 # Task names by template family, across TVM versions.
@@ -486,13 +487,40 @@ def _conv_workload(task: str, args: Sequence) -> Conv2DWorkload:
 
 def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
     workload = _conv_workload(env["task"], env["args"])
+    index, entity = env["index"], env["entity"]
     if env["task"] in X86_TASKS:
-        checks.x86_schedule(env["entity"], workload)
+        checks.x86_schedule(entity, workload)
+        if _timed_over_rows(workload, entity, obj):
+            index, entity = _as_rows(workload, index, entity)
     return Record(
         target=env["target"], task_name=env["task"], workload=workload,
-        config_index=env["index"], entity=env["entity"], costs=env["costs"], error_no=env["error_no"],
+        config_index=index, entity=entity, costs=env["costs"], error_no=env["error_no"],
         version=env["version"], source=where, raw=dict(obj),
     )
+
+
+# A tall conv's ``unroll_kw`` config has run down the columns since session 37
+# (kernels.conv2d.columns_first); before, it ran over rows, as ``unroll_kw=False`` does. Its
+# records since carry this code hash; one without it was timed over rows, and is read as the
+# ``unroll_kw=False`` config, which runs what it timed (as written, the line is kept).
+COLUMNS_CODE_HASH = "graph-tuner:columns"
+
+
+def _timed_over_rows(workload: Conv2DWorkload, entity: dict, obj: Mapping) -> bool:
+    config = obj.get("config") if "config" in obj else obj.get("i", [None] * 6)[5]
+    code_hash = config.get("code_hash", config.get("c")) if isinstance(config, Mapping) else None
+    return code_hash != COLUMNS_CODE_HASH and columns_first(workload, entity_config(entity))
+
+
+def _as_rows(workload: Conv2DWorkload, index: int, entity: dict) -> tuple[int, dict]:
+    """The ``unroll_kw=False`` twin of a tall conv's config: its entity, and its index where the
+    record's index is the one :func:`kernels.config_space.tuning_space` gives (else kept)."""
+    rows = {**entity, "unroll_kw": False}
+    try:
+        space = tuning_space(workload)
+        return (space.index(rows) if space.index(entity) == index else index), rows
+    except ValueError:  # an entity outside our space (another tile_ow policy): keep its index
+        return index, rows
 
 
 def _transform(env: dict, obj: Mapping, where: str) -> TransformRecord:
@@ -817,7 +845,9 @@ def make_conv2d_record(
         list(workload.strides), list(workload.padding), list(workload.dilation),
         workload.layout, workload.layout, workload.out_dtype,
     ]
-    return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp)
+    columns = task == "conv2d_NCHWc.x86" and entity_list and columns_first(workload, entity_config(entity_list))
+    return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp,
+                COLUMNS_CODE_HASH if columns else None)
 
 
 def _entity_list(entity: Mapping[str, Any] | Sequence[Sequence]) -> list:
@@ -887,11 +917,11 @@ def make_step_record(model: str, name: str, block: int, identity: str, seconds: 
     return _v02(target, STEP_TASK, [model, name, int(block), identity], 0, [], seconds, 0, 0.0, timestamp)
 
 
-def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp) -> dict:
+def _v02(target, task, args, index, entity, costs, error_no, all_cost, timestamp, code_hash=None) -> dict:
     costs = [float(costs)] if isinstance(costs, (int, float)) else [float(c) for c in costs]
     return {
         "input": [target, task, args, {}],
-        "config": {"index": int(index), "code_hash": None, "entity": entity},
+        "config": {"index": int(index), "code_hash": code_hash, "entity": entity},
         "result": [costs, int(error_no), float(all_cost), _time.time() if timestamp is None else float(timestamp)],
         "version": 0.2,
         "tvm_version": TVM_VERSION,

@@ -349,3 +349,27 @@ def test_a_gzip_compressed_log_reads_as_the_plain_one(tmp_path):
     cut.write_bytes(packed.read_bytes()[:40])
     with pytest.raises(GraphTunerError, match=r"cut.log.gz: a damaged gzip file"):
         read_records(cut)
+
+
+def test_tall_conv_records_say_whether_they_ran_down_the_columns():
+    """A tall conv's ``unroll_kw`` config runs down the columns (kernels.conv2d.columns_first);
+    its records carry a code hash saying so. One without it (a log tuned before) timed the conv
+    over rows: it reads as the ``unroll_kw=False`` config, which runs what it timed, and is
+    written back as it was."""
+    from graph_tuner.records import COLUMNS_CODE_HASH
+    from kernels.config_space import tuning_space
+
+    tall = Conv2DWorkload((1, 16, 17, 17), (16, 16, 7, 1), padding=(3, 0, 3, 0))
+    wide = Conv2DWorkload((1, 16, 17, 17), (16, 16, 1, 7), padding=(0, 3, 0, 3))
+    e = {"tile_ic": [-1, 8], "tile_oc": [-1, 16], "tile_ow": [-1, 9], "unroll_kw": True}
+    space = tuning_space(tall)
+    new = make_conv2d_record(tall, e, space.index(e), [1e-4], "llvm")
+    assert new["config"]["code_hash"] == COLUMNS_CODE_HASH
+    assert make_conv2d_record(tall, {**e, "unroll_kw": False}, 0, [1e-4], "llvm")["config"]["code_hash"] is None
+    assert make_conv2d_record(wide, e, 0, [1e-4], "llvm")["config"]["code_hash"] is None
+    legacy = json.loads(json.dumps(new))
+    legacy["config"]["code_hash"] = None
+    marked, old = read_records([new, legacy]).records
+    assert marked.entity["unroll_kw"] is True and marked.config_index == space.index(e)
+    assert old.entity["unroll_kw"] is False and old.config_index == space.index({**e, "unroll_kw": False})
+    assert json.loads(format_record(old)) == legacy
