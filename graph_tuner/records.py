@@ -640,8 +640,20 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
                 key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
                 is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
                 time = None if is_transform else _conv_time(env, obj, f"{path}:{lineno}")
-                out.append(Logged(key, env["index"], is_transform, time))
+                out.append(Logged(key, env["index"] if is_transform else _read_index(env, obj), is_transform, time))
     return out
+
+
+def _read_index(env: dict, obj: Mapping) -> int:
+    """The config index a conv record is read as (a tall conv's config timed over rows is the
+    rows config's: :data:`COLUMNS_CODE_HASH`), so a resumed search times the other form."""
+    try:
+        workload = _conv_workload(env["task"], env["args"])
+        if env["task"] in X86_TASKS and _timed_over_rows(workload, env["entity"], obj):
+            return _as_rows(workload, env["index"], env["entity"])[0]
+    except _NOT_A_RECORD:  # a damaged record: as written (reading the log to solve reports it)
+        pass
+    return env["index"]
 
 
 # What a damaged object raises on its way through _envelope and _conv_record.

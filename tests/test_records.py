@@ -13,6 +13,7 @@ from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import (
     Record,
     format_record,
+    logged_records,
     make_conv2d_record,
     make_transform_record,
     normalize_padding,
@@ -351,7 +352,7 @@ def test_a_gzip_compressed_log_reads_as_the_plain_one(tmp_path):
         read_records(cut)
 
 
-def test_tall_conv_records_say_whether_they_ran_down_the_columns():
+def test_tall_conv_records_say_whether_they_ran_down_the_columns(tmp_path):
     """A tall conv's ``unroll_kw`` config runs down the columns (kernels.conv2d.columns_first);
     its records carry a code hash saying so. One without it (a log tuned before) timed the conv
     over rows: it reads as the ``unroll_kw=False`` config, which runs what it timed, and is
@@ -373,3 +374,7 @@ def test_tall_conv_records_say_whether_they_ran_down_the_columns():
     assert marked.entity["unroll_kw"] is True and marked.config_index == space.index(e)
     assert old.entity["unroll_kw"] is False and old.config_index == space.index({**e, "unroll_kw": False})
     assert json.loads(format_record(old)) == legacy
+    # A run resuming the log sees the rows config measured, so its search times the columns.
+    path = tmp_path / "t.log"
+    path.write_text(json.dumps(new) + "\n" + json.dumps(legacy) + "\n")
+    assert [r.index for r in logged_records(path, "llvm")] == [marked.config_index, old.config_index]
