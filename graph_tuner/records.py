@@ -639,35 +639,32 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
             if env["target"] == target:
                 key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
                 is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
-                time = None if is_transform else _conv_time(env, obj, f"{path}:{lineno}")
-                out.append(Logged(key, env["index"] if is_transform else _read_index(env, obj), is_transform, time))
+                index, time = (env["index"], None) if is_transform else _conv_read(env, obj, f"{path}:{lineno}")
+                out.append(Logged(key, index, is_transform, time))
     return out
-
-
-def _read_index(env: dict, obj: Mapping) -> int:
-    """The config index a conv record is read as (a tall conv's config timed over rows is the
-    rows config's: :data:`COLUMNS_CODE_HASH`), so a resumed search times the other form."""
-    try:
-        workload = _conv_workload(env["task"], env["args"])
-        if env["task"] in X86_TASKS and _timed_over_rows(workload, env["entity"], obj):
-            return _as_rows(workload, env["index"], env["entity"])[0]
-    except _NOT_A_RECORD:  # a damaged record: as written (reading the log to solve reports it)
-        pass
-    return env["index"]
 
 
 # What a damaged object raises on its way through _envelope and _conv_record.
 _NOT_A_RECORD = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError)
 
 
-def _conv_time(env: dict, obj: Mapping, where: str) -> float | None:
-    """:attr:`Record.time` of a successful conv measurement, else None."""
-    if env["error_no"] != 0 or env["task"] not in CONV2D_TASKS:
-        return None
+def _conv_read(env: dict, obj: Mapping, where: str) -> tuple[int, float | None]:
+    """The config index a record is read as (:func:`_conv_record`'s: a tall conv's config timed
+    over rows is the rows config, so a resumed search times the other form) and the
+    :attr:`Record.time` of a successful conv measurement, else None. A record that does not
+    read keeps its index as written (reading the log to solve reports it)."""
+    if env["task"] not in CONV2D_TASKS:
+        return env["index"], None
     try:
-        return _conv_record({**env, "costs": checks.measured_costs(env["costs"])}, obj, where).time
+        rec = _conv_record(env, obj, where)
     except _NOT_A_RECORD:
-        return None
+        return env["index"], None
+    if env["error_no"] != 0:
+        return rec.config_index, None
+    try:
+        return rec.config_index, dataclasses.replace(rec, costs=checks.measured_costs(env["costs"])).time
+    except _NOT_A_RECORD:
+        return rec.config_index, None
 
 
 def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[str, Record | TransformRecord | None]]:
