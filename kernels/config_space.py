@@ -48,6 +48,7 @@ Conv2DConfig(ic_bn=1, oc_bn=32, ow_bn=1, unroll_kw=False, oh_bn=1)
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -164,6 +165,10 @@ class Space:
             self.index(index_or_entity)  # validates it belongs to this space
         return entity_config(index_or_entity)
 
+    def configs(self) -> list[Conv2DConfig]:
+        """Every config, by index: ``[self.config(i) for i in self]``."""
+        return [self.config(i) for i in self]
+
 
 class ConfigSpace(Space):
     """A product of knobs with AutoTVM's index math (first knob varies fastest).
@@ -208,6 +213,19 @@ class ConfigSpace(Space):
         [['tile_ic', 'sp', [-1, 3]], ['unroll_kw', 'ot', True]]
         """
         return [[k.name, k.kind, k.value(i)] for k, i in zip(self.knobs, self._positions(index))]
+
+    def configs(self) -> list[Conv2DConfig]:
+        """Every config, by index, in one pass over the knobs' product (the first knob varies
+        fastest): the tuner builds its whole space per workload, 226k configs for DenseNet-121,
+        and config by config that took 2.4 s of its tune.
+
+        >>> s = conv2d_space(Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1)))
+        >>> s.configs() == [s.config(i) for i in s]
+        True
+        """
+        names = self.names[::-1]
+        values = [[k.value(i) for i in range(len(k))] for k in reversed(self.knobs)]
+        return [entity_config(dict(zip(names, combo))) for combo in itertools.product(*values)]
 
     def index(self, entity: Mapping[str, Any] | Sequence[Sequence]) -> int:
         """Index of an entity: a dict name -> value or a record's entity list.
@@ -263,6 +281,9 @@ class ConcatSpace(Space):
     def entity_list(self, index: int) -> list[list]:
         sp, i = self._locate(index)
         return sp.entity_list(i)
+
+    def configs(self) -> list[Conv2DConfig]:
+        return [c for sp in self.spaces for c in sp.configs()]
 
     def index(self, entity: Mapping[str, Any] | Sequence[Sequence]) -> int:
         offset, errors = 0, []

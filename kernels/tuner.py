@@ -70,6 +70,7 @@ from kernels.config_space import Space, fallback_config, tuning_space
 # supported: the codegen's own checks, never try what cannot build
 from kernels.conv2d import columns_first, kernel_workload, reduction_block, supported
 from kernels.depthwise import runs_lanewise
+from kernels.threads import num_threads
 from kernels.workload import Conv2DWorkload
 
 __all__ = [
@@ -119,7 +120,7 @@ def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool
     >>> hopeless(w, Conv2DConfig(64, 2048, 1), 8), hopeless(w, Conv2DConfig(64, 32, 7), 8)
     (True, False)
     """
-    return _tile(workload, config, lanes)[0] > 2 * vector_registers(lanes)  # accumulators: any item order
+    return _accumulators(config, lanes) > 2 * vector_registers(lanes)  # in any item order
 
 
 class MeasureError(Exception):
@@ -181,15 +182,25 @@ class TuneResult:
         return sum(not m.ok for m in self.measurements)
 
 
-def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int, prologue: bool = False) -> tuple[int, float, float]:
+def _accumulators(c: Conv2DConfig, lanes: int) -> int:
+    """Vector registers a config's register tile accumulates in."""
+    return c.ow_bn * c.oh_bn * math.ceil(c.oc_bn / lanes)
+
+
+_Tile = tuple[int, float, float]
+
+
+def _tile(workload: Conv2DWorkload, c: Conv2DConfig, lanes: int, prologue: bool = False,
+          threads: int | None = None) -> _Tile:
     """(accumulator registers, lane utilisation, fraction of wasted columns) of a register tile
-    (``prologue``: the kernel transforms its input, which decides its rows' order and joins)."""
+    (``prologue``: the kernel transforms its input, which decides its rows' order and joins;
+    ``threads``: the kernel's, default :func:`kernels.threads.num_threads`)."""
     vectors = math.ceil(c.oc_bn / lanes)
     utilisation = c.oc_bn / (vectors * lanes)
-    main = kernel_workload(workload, c, prologue=prologue)  # rows a 1x1 kernel joins into one have one tail
+    main = kernel_workload(workload, c, threads, prologue=prologue)  # rows a 1x1 kernel joins into one have one tail
     ow = main.out_height if columns_first(workload, c) else main.out_width  # or tiles run down a column
     waste = (math.ceil(ow / c.ow_bn) * c.ow_bn - ow) / ow  # tail tiles do less work per loop
-    return c.ow_bn * c.oh_bn * vectors, utilisation, waste
+    return _accumulators(c, lanes), utilisation, waste
 
 
 def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16, prologue: bool = False) -> np.ndarray:
@@ -198,7 +209,11 @@ def features(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 16, pr
     >>> features(Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3)), Conv2DConfig(16, 16, 4)).shape
     (11,)
     """
-    acc, utilisation, waste = _tile(workload, config, lanes, prologue)
+    return _features(config, _tile(workload, config, lanes, prologue), lanes)
+
+
+def _features(config: Conv2DConfig, tile: _Tile, lanes: int) -> np.ndarray:
+    acc, utilisation, waste = tile
     l_ic, l_oc, l_acc = math.log2(config.ic_bn), math.log2(config.oc_bn), math.log2(acc)
     return np.array([
         l_ic, l_ic ** 2, l_oc, l_oc ** 2, math.log2(utilisation), l_acc, l_acc ** 2,
@@ -219,7 +234,11 @@ def prior_log_time(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int = 
     >>> prior_log_time(g4, Conv2DConfig(64, 4, 8)) == prior_log_time(g4, Conv2DConfig(4, 4, 8))
     True
     """
-    acc, utilisation, waste = _tile(workload, config, lanes, prologue)
+    return _prior(workload, config, _tile(workload, config, lanes, prologue), lanes)
+
+
+def _prior(workload: Conv2DWorkload, config: Conv2DConfig, tile: _Tile, lanes: int) -> float:
+    acc, utilisation, waste = tile
     spill = max(0, acc - max_accumulators(lanes))
     ideal = vector_registers(lanes) * 5 / 8
     g = workload.kernel_shape[1]
@@ -298,8 +317,12 @@ class _Search:
     seeds: list[int] = field(init=False)  # the warm workload's fastest config of each pair, fastest first
 
     def __post_init__(self):
-        self.feats = np.array([features(self.workload, c, self.lanes, self.prologue) for c in self.configs])
-        self.prior = np.array([prior_log_time(self.workload, c, self.lanes, self.prologue) for c in self.configs])
+        # Each config's tile once, for the threads the kernels will run on (DenseNet-121's 226k
+        # configs took 5 s so, config by config, twice each, with the threads looked up each time).
+        threads = num_threads()
+        tiles = [_tile(self.workload, c, self.lanes, self.prologue, threads) for c in self.configs]
+        self.feats = np.array([_features(c, t, self.lanes) for c, t in zip(self.configs, tiles)])
+        self.prior = np.array([_prior(self.workload, c, t, self.lanes) for c, t in zip(self.configs, tiles)])
         # Scaled by FLOPs to this workload's size, as residuals from its prior: the model
         # starts from where the related workload's configs landed instead of the prior alone.
         warm = [(c, s * self.workload.flops / w.flops) for w, c, s in self.warm if s and s > 0]
@@ -447,7 +470,7 @@ def tune(
     measure = measure or KernelTimer()
     space = tuning_space(workload)
     result = TuneResult(workload, space, previous=dict(measured or {}))
-    configs = [space.config(i) for i in range(len(space))]
+    configs = space.configs()
     builds = getattr(measure, "builds", supported)  # a KernelTimer knows which workloads are Winograd GEMMs
     buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
     candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]

@@ -18,6 +18,7 @@ from kernels.config_space import (
     entity_config,
     split_factors,
     task_space,
+    tuning_space,
 )
 from kernels.workload import Conv2DWorkload
 
@@ -150,6 +151,15 @@ def test_random_spaces_round_trip(w, policy, data):
     old = {k: ([w_len // v[1], v[1]] if isinstance(v, list) and w_len % v[1] == 0 else v)
            for (k, v), w_len in zip(e.items(), [w.in_channels, w.out_channels, w.out_width, 0])}
     assert space.index(old) == i
+
+
+@settings(max_examples=60, deadline=None)
+@given(workloads())
+def test_the_whole_space_at_once_is_the_space_config_by_config(w):
+    # configs() builds a space's configs in one pass (the tuner's setup); tuning_space may be a
+    # concatenation of two spaces.
+    for space in (tuning_space(w), depthwise_conv2d_space(w) if w.is_depthwise else conv2d_space(w, "factors")):
+        assert space.configs() == [space.config(i) for i in space]
 
 
 def test_knob_value_types():

@@ -10,8 +10,8 @@ import kernels.tuner as tuner_mod
 from graph_tuner.candidates import fallback_config as graph_fallback_config
 from graph_tuner.loading import load_model
 from kernels.config_space import divisors
-from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config, hopeless,
-                           supported, tune, tuning_space)
+from kernels.tuner import (COMPILE_HOST, INSTANTIATION_ERROR, UNKNOWN_ERROR, MeasureError, fallback_config, features,
+                           hopeless, prior_log_time, supported, tune, tuning_space)
 from kernels.workload import Conv2DWorkload
 
 W3 = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
@@ -251,6 +251,17 @@ def test_transfer_phase_runs_the_best_tile_under_every_input_block():
     under = {m.config.ic_bn for m in result.measurements
              if (m.config.oc_bn, m.config.ow_bn, m.config.oh_bn, m.config.unroll_kw) == tile}
     assert under == set(divisors(64))
+
+
+@pytest.mark.parametrize("prologue", [False, True])
+def test_the_searchs_model_sees_what_features_and_the_prior_say(prologue):
+    # _Search works out each config's register tile once for both; the public functions stand alone.
+    for w in (W3, Conv2DWorkload((1, 256, 28, 28), (128, 256, 1, 1)),
+              Conv2DWorkload((1, 192, 17, 17), (192, 192, 7, 1), padding=(3, 0, 3, 0))):
+        configs = tuning_space(w).configs()
+        search = tuner_mod._Search(w, configs, list(range(len(configs))), {}, 20, 16, 8, 0.2, 0, None, (), prologue)
+        assert (search.feats == [features(w, c, 16, prologue) for c in configs]).all()
+        assert search.prior.tolist() == [prior_log_time(w, c, 16, prologue) for c in configs]
 
 
 def test_hopeless_register_tiles_are_never_tried():
