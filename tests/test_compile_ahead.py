@@ -153,3 +153,34 @@ def test_helpers_cpu_time_counts_as_ours(fresh_jit, monkeypatch):
         assert helpers > 0.0  # it started and compiled the guess
         # the load meter's own time includes it (this process alone compiled for ~0.1 s too)
         assert _own_seconds() - before >= helpers
+
+
+def test_a_programs_conv_kernels_are_compiled_ahead(fresh_jit, monkeypatch):
+    """compile_model hands its conv steps' kernel texts to compile_ahead before it builds them,
+    and they are the texts the builds then ask for (a text made another way would compile
+    again, on one core). The test network has dense, depthwise and 1x1 convs and a concat."""
+    import kernels.conv2d as conv2d
+    import kernels.depthwise as depthwise
+    from graph_tuner.executor import compile_model, uniform_plan
+    from tests.test_executor import _branchy
+
+    ahead, asked = [], []
+    real_ahead = jit.compile_ahead
+
+    def recording_ahead(needed, guesses=()):
+        ahead.extend(needed)
+        return real_ahead(needed, guesses)
+
+    def recording(text, cache=True):
+        asked.append(text)
+        return jit.compile_ir(text, cache)
+
+    monkeypatch.setattr(jit, "compile_ahead", recording_ahead)
+    monkeypatch.setattr(conv2d, "compile_ir", recording)
+    monkeypatch.setattr(depthwise, "compile_ir", recording)
+    jit.clear_kernel_caches()
+    m = _branchy()
+    compile_model(m, uniform_plan(m, 8))
+    convs = [op for op in m.ops if op.kind == "conv2d"]
+    assert len(ahead) == len(set(ahead)) == len(convs) == 5 and set(ahead) <= set(asked)
+    assert len(set(asked) - set(ahead)) == 1  # the dense layer's 1x1 conv, built by its own step

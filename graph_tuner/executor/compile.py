@@ -199,18 +199,32 @@ def compile_model(model: Model, plan: Plan, params: dict[str, dict[str, np.ndarr
                 fn = k.bind(buffers[t].reshape(k.input_shape), moved[(t, b)].reshape(k.output_shape))
                 out_steps.append(ProgramStep(choice.label, "transform", [], fn, choice.time_ms))
 
+    def role(s: Step) -> str | None:
+        """How a step runs: None (by a conv: its second output or prologue; or fused into the
+        1x1 conv that reads it, next), "view" (its inputs wrote it), "dw_project", "conv", "other"."""
+        if s.fused:
+            return None
+        if s.output in views.done:
+            return "view"
+        if s.output in runs_fused:
+            return None
+        if s.ops[0] in fused_with:
+            return "dw_project"
+        return "conv" if s.kind == "conv" else "other"
+
+    roles = [role(s) for s in steps]
+    _compile_convs_ahead(model, [(s, layers[s.ops[0]], s.ops[0] in rows_first)
+                                 for s, r in zip(steps, roles) if r == "conv"])
     for name in model.inputs:
         emit_transforms(name)
-    for s in steps:
-        if s.fused:  # run by a conv (its second output or its prologue)
+    for s, r in zip(steps, roles):
+        if r is None:
             continue
-        if s.output in views.done:  # a view: its inputs wrote it
+        if r == "view":
             pass
-        elif s.output in runs_fused:  # the 1x1 conv that reads it runs it (next)
-            continue
-        elif s.ops[0] in fused_with:
+        elif r == "dw_project":
             out_steps.append(_dw_project_step(model, fused_with[s.ops[0]], s, layers, params, read, buffers, weights))
-        elif s.kind == "conv":
+        elif r == "conv":
             out_steps.append(_conv_step(model, s, layers[s.ops[0]], params, read, buffers, weights,
                                         s.ops[0] in rows_first, rows.get(s.output)))
         else:
@@ -339,22 +353,52 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: 
     """The conv group's kernel (folded weights packed once, fused epilogue), bound to its buffers;
     ``rows_first``: its work items rows first (:func:`_rows_first_convs`); ``row_means``: the
     buffer its epilogue writes its rows' means to (fusion rule 6)."""
-    from kernels.conv2d import build_conv2d
-    from kernels.winograd import build_winograd, winograd_epilogue
-
-    conv = model.op(s.ops[0])
-    w, winograd, epilogue, arrays = _conv_arrays(model, s, lc, params, read, buffers, weights)
+    _, _, _, arrays = _conv_arrays(model, s, lc, params, read, buffers, weights)
     if row_means is not None:
         arrays["row_means"] = row_means
-    if winograd:  # the plan chose its GEMM's record
+    kernel = _conv_kernel(model, s, lc, rows_first)
+    return ProgramStep(s.ops[0], "conv", _covered(s), kernel.bind(**arrays), lc.time_ms)
+
+
+def _conv_kernel(model: Model, s: Step, lc, rows_first: bool, ir: bool = False):
+    """A conv step's kernel, or with ``ir`` the IR text it compiles (None for a Winograd conv:
+    its phases compile as its text is made)."""
+    from graph_tuner.winograd import runs_winograd
+    from kernels.conv2d import build_conv2d, kernel_ir
+    from kernels.winograd import build_winograd, winograd_epilogue
+
+    w = model.workload(model.op(s.ops[0]))
+    epilogue = step_epilogue(model, s)
+    if runs_winograd(w, getattr(lc.candidate.record, "workload", None)):  # the plan chose its GEMM's record
+        if ir:
+            return None
         try:
-            kernel = build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
+            return build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
         except ValueError as e:
-            raise GraphTunerError(f"layer '{conv.name}': {e}; solve without its Winograd records") from None
-    else:
-        # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
-        kernel = build_conv2d(w, lc.candidate.config, rows_first=rows_first, **epilogue)
-    return ProgramStep(conv.name, "conv", _covered(s), kernel.bind(**arrays), lc.time_ms)
+            raise GraphTunerError(f"layer '{s.ops[0]}': {e}; solve without its Winograd records") from None
+    # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
+    return (kernel_ir if ir else build_conv2d)(w, lc.candidate.config, rows_first=rows_first, **epilogue)
+
+
+def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -> None:
+    """Compile the kernels of ``(step, layer choice, rows first)`` on this process and a helper
+    process side by side (:func:`kernels.jit.compile_ahead`), so that building them finds them
+    compiled: one by one they took DenseNet-121's program 12 s on one core of two. A kernel
+    that cannot be made is left to its step, which reports it."""
+    from kernels.jit import compile_ahead
+
+    texts = []
+    for s, lc, rows_first in convs:
+        try:
+            text = _conv_kernel(model, s, lc, rows_first, ir=True)
+        except ValueError:
+            continue
+        if text is not None:
+            texts.append(text)
+    try:
+        compile_ahead(texts)
+    except RuntimeError:  # LLVM refused one: its step compiles it again and says so
+        pass
 
 
 def _covered(s: Step) -> list[str]:
