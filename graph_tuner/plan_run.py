@@ -259,11 +259,12 @@ class InNetworkTimer:
         def total(steps: dict[str, float]) -> float:
             return sum(steps.values())
 
+        params = self.model.params(0) if plan.steps else None  # for the other steps' alone timings, made once a run
         before, span = profile()
         for _ in range(self.rounds):
             pending: list[tuple[list[str], float]] = []
             started, timed = clock(), {}
-            timings = iter_retimed(plan, self.model)
+            timings = iter_retimed(plan, self.model, params)
             while (item := next(timings, None)) is not None or pending:
                 if item is not None:
                     pending.append(item)
@@ -372,10 +373,10 @@ def retimed_steps(plan, model=None) -> dict[str, float]:
     return {name: ms for names, ms in iter_retimed(plan, model) for name in names}
 
 
-def iter_retimed(plan, model=None) -> Iterator[tuple[list[str], float]]:
+def iter_retimed(plan, model=None, params: dict | None = None) -> Iterator[tuple[list[str], float]]:
     """:func:`retimed_steps` one timing at a time: yields ``(step names, ms)``, the names all
     steps that timing stands for (the layers that run one kernel with one epilogue, the
-    transforms of one key; another step alone)."""
+    transforms of one key; another step alone, with ``params``, default ``model.params(0)``)."""
     from graph_tuner.winograd import runs_winograd
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
@@ -407,7 +408,8 @@ def iter_retimed(plan, model=None) -> Iterator[tuple[list[str], float]]:
     if model is not None:
         from graph_tuner.executor.step_timing import step_ms
 
-        params = model.params(0) if plan.steps else None
+        if params is None and plan.steps:
+            params = model.params(0)
         for c in plan.steps:  # one at a time, so that a caller can pair each with the moment
             yield [c.name], step_ms(model, {c.name: [c.block]}, params=params, memo=False)[c.name][c.block]
 
