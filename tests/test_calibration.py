@@ -267,7 +267,7 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
         speed = host["profiles"].pop(0) if host["profiles"] else host["speed"]
         return Profile([StepTime(s.name, s.category, s.ops, 3.0 * speed, None) for s in self.steps])
 
-    def fake_retimed(plan, model=None):
+    def fake_retimed(plan, model=None, params=None):
         for name in names:
             now[0] += 0.6
             calls.append(name)
