@@ -361,20 +361,20 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: 
 
 
 def _conv_kernel(model: Model, s: Step, lc, rows_first: bool, ir: bool = False):
-    """A conv step's kernel, or with ``ir`` the IR text it compiles (None for a Winograd conv:
-    its phases compile as its text is made)."""
+    """A conv step's kernel, or with ``ir`` the IR text it compiles (a Winograd conv's GEMM: its
+    transform phases compile as the text is made)."""
     from graph_tuner.winograd import runs_winograd
     from kernels.conv2d import build_conv2d, kernel_ir
-    from kernels.winograd import build_winograd, winograd_epilogue
+    from kernels.winograd import build_winograd, winograd_epilogue, winograd_ir
 
     w = model.workload(model.op(s.ops[0]))
     epilogue = step_epilogue(model, s)
     if runs_winograd(w, getattr(lc.candidate.record, "workload", None)):  # the plan chose its GEMM's record
-        if ir:
-            return None
         try:
-            return build_winograd(w, lc.candidate.config, **winograd_epilogue(epilogue))
+            return (winograd_ir if ir else build_winograd)(w, lc.candidate.config, **winograd_epilogue(epilogue))
         except ValueError as e:
+            if ir:
+                raise
             raise GraphTunerError(f"layer '{s.ops[0]}': {e}; solve without its Winograd records") from None
     # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
     return (kernel_ir if ir else build_conv2d)(w, lc.candidate.config, rows_first=rows_first, **epilogue)
@@ -390,11 +390,9 @@ def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -
     texts = []
     for s, lc, rows_first in convs:
         try:
-            text = _conv_kernel(model, s, lc, rows_first, ir=True)
+            texts.append(_conv_kernel(model, s, lc, rows_first, ir=True))
         except ValueError:
             continue
-        if text is not None:
-            texts.append(text)
     try:
         compile_ahead(texts)
     except RuntimeError:  # LLVM refused one: its step compiles it again and says so
