@@ -238,20 +238,20 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         return compiled
 
 
-def compile_linked(ir_texts: Sequence[str]) -> CompiledModule:
-    """Several IR texts (distinct function names) as one module: parsed apart (each numbers
-    its own metadata), linked, optimised and compiled once. LLVM's cost per module is about
-    half of a small kernel's compile: 32 layout transforms took 10 ms each so, 21 apart
-    (session 20). Not cached."""
+def linked_text(ir_texts: Sequence[str]) -> str:
+    """The IR text of several IR texts (distinct function names) linked into one module: each
+    parsed apart (each numbers its own metadata), then linked. One module for many small
+    functions: LLVM's cost per module is about half of a small kernel's compile, so 32 layout
+    transforms took 10 ms each as one module, 21 apart (session 20). Compile it as any text
+    (:func:`compile_ir`, :func:`compile_ahead`)."""
     if not ir_texts:
-        raise ValueError("compile_linked needs at least one IR text")
+        raise ValueError("linked_text needs at least one IR text")
     with _lock:
         _initialise()
-        _load_pool_runtime()
         module = _parsed(ir_texts[0])
         for text in ir_texts[1:]:
             module.link_in(_parsed(text))
-        return _jit(module)
+        return str(module)
 
 
 def compile_shared(ir_text: str, names: Sequence[str]) -> CompiledModule:

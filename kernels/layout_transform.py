@@ -20,7 +20,7 @@ import math
 from typing import Iterable
 
 from kernels.ir import decompose
-from kernels.jit import CompiledModule, IRFunction, Kernel, compile_ir, compile_linked
+from kernels.jit import CompiledModule, IRFunction, Kernel, compile_ahead, compile_ir, linked_text
 from kernels.packing import from_blocked, to_blocked
 from kernels.threads import parallel_entry_ir
 
@@ -177,12 +177,14 @@ PER_MODULE = 32
 
 def build_transforms(keys: Iterable[tuple], per_module: int = PER_MODULE) -> None:
     """Compile the transforms of ``keys`` (``(shape, src block, dst block)``) not built yet,
-    ``per_module`` to an LLVM module (:func:`kernels.jit.compile_linked`: half the compile
-    time of one module each), into the cache :func:`build_transform` reads."""
+    ``per_module`` to an LLVM module (:func:`kernels.jit.linked_text`: half the compile time
+    of one module each), the modules side by side on this process and a helper
+    (:func:`kernels.jit.compile_ahead`), into the cache :func:`build_transform` reads."""
     todo = list(dict.fromkeys(k for k in (_key(*key) for key in keys) if k not in _built))
-    for start in range(0, len(todo), per_module):
-        part = todo[start:start + per_module]
-        names = [f"transform_{i}" for i in range(len(part))]
-        module = compile_linked([transform_ir(*k, name=n) for k, n in zip(part, names)])
-        for k, name in zip(part, names):
-            _built[k] = TransformKernel(*k, module=module, name=name)
+    parts = [todo[start:start + per_module] for start in range(0, len(todo), per_module)]
+    texts = [linked_text([transform_ir(*k, name=f"transform_{i}") for i, k in enumerate(part)]) for part in parts]
+    compile_ahead(texts)
+    for part, text in zip(parts, texts):
+        module = compile_ir(text)
+        for i, k in enumerate(part):
+            _built[k] = TransformKernel(*k, module=module, name=f"transform_{i}")

@@ -210,10 +210,11 @@ def measure_transforms(
     if missing:
         sweep_stale_temps(path.parent)
     caching = True
+    ahead = 2 * PER_MODULE  # two modules' worth, compiled side by side ahead of their timings
     for i, key in enumerate(tqdm(missing, desc="layout transforms", unit="transform",
                                  disable=not progress or not missing)):
-        if built_here and i % PER_MODULE == 0:  # compile a module's worth ahead of its timings
-            build_transforms(missing[i:i + PER_MODULE])
+        if built_here and i % ahead == 0:
+            build_transforms(missing[i:i + ahead])
         out[key] = float(measure_one(key))
         try:
             if caching:

@@ -52,18 +52,22 @@ def test_random_transform(src, dst, h, w):
     np.testing.assert_array_equal(from_blocked(out), x)
 
 
-def test_transforms_built_many_to_a_module():
+def test_transforms_built_many_to_a_module(monkeypatch):
     # Several to one linked module, split over modules (per_module=3), each its own function:
-    # every one moves its own tensor, and build_transform hands back the batched kernel.
+    # every one moves its own tensor, and build_transform hands back the batched kernel. The
+    # modules are compiled ahead together (on this process and a helper, side by side).
     keys = [((1, 24, 2, 3 + i), src, dst) for i, (src, dst) in enumerate([(None, 8), (8, 4), (4, None), (3, 6),
                                                                          (6, 24), (2, 12), (12, 2)])]
     from kernels import layout_transform
 
     for shape, src, dst in keys:  # not built by an earlier test in this process
         layout_transform._built.pop((shape, src, dst), None)
+    ahead = []
+    real_ahead = layout_transform.compile_ahead
+    monkeypatch.setattr(layout_transform, "compile_ahead", lambda texts: ahead.append(texts) or real_ahead(texts))
     build_transforms(keys + keys[:2], per_module=3)
     modules = {id(build_transform(*k)._module) for k in keys}
-    assert len(modules) == 3
+    assert len(modules) == 3 and [len(texts) for texts in ahead] == [3]
     for i, (shape, src, dst) in enumerate(keys):
         x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
         t = build_transform(shape, src, dst)
