@@ -383,7 +383,7 @@ def _conv_kernel(model: Model, s: Step, lc, rows_first: bool, ir: bool = False):
 def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -> None:
     """Compile the kernels of ``(step, layer choice, rows first)`` on this process and a helper
     process side by side (:func:`kernels.jit.compile_ahead`), so that building them finds them
-    compiled: one by one they took DenseNet-121's program 12 s on one core of two. A kernel
+    compiled: one by one they took DenseNet-121's program 9-14 s on one core of two. A kernel
     that cannot be made is left to its step, which reports it."""
     from kernels.jit import compile_ahead
 
