@@ -68,6 +68,11 @@ def test_transforms_built_many_to_a_module(monkeypatch):
     build_transforms(keys + keys[:2], per_module=3)
     modules = {id(build_transform(*k)._module) for k in keys}
     assert len(modules) == 3 and [len(texts) for texts in ahead] == [3]
+    few = [((1, 16, 3, 5 + i), None, 8) for i in range(3)]  # fewer than a module holds: still two, side by side
+    for k in few:
+        layout_transform._built.pop(k, None)
+    build_transforms(few)
+    assert len({id(build_transform(*k)._module) for k in few}) == 2 and [len(t) for t in ahead[1:]] == [2]
     for i, (shape, src, dst) in enumerate(keys):
         x = np.random.default_rng(i).standard_normal(shape).astype(np.float32)
         t = build_transform(shape, src, dst)
