@@ -507,9 +507,11 @@ COLUMNS_CODE_HASH = "graph-tuner:columns"
 
 
 def _timed_over_rows(workload: Conv2DWorkload, entity: dict, obj: Mapping) -> bool:
+    if not columns_first(workload, entity_config(entity)):
+        return False
     config = obj.get("config") if "config" in obj else obj.get("i", [None] * 6)[5]
     code_hash = config.get("code_hash", config.get("c")) if isinstance(config, Mapping) else None
-    return code_hash != COLUMNS_CODE_HASH and columns_first(workload, entity_config(entity))
+    return code_hash != COLUMNS_CODE_HASH
 
 
 def _as_rows(workload: Conv2DWorkload, index: int, entity: dict) -> tuple[int, dict]:
@@ -854,7 +856,7 @@ def make_conv2d_record(
         list(workload.strides), list(workload.padding), list(workload.dilation),
         workload.layout, workload.layout, workload.out_dtype,
     ]
-    columns = task == "conv2d_NCHWc.x86" and entity_list and columns_first(workload, entity_config(entity_list))
+    columns = bool(entity_list) and columns_first(workload, entity_config(entity_list))  # never depthwise
     return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp,
                 COLUMNS_CODE_HASH if columns else None)
 
