@@ -59,15 +59,16 @@ def test_a_folder_of_logs_gives_this_cpus(tmp_path):
     assert shipped.folder_log(tmp_path, "g") == tmp_path / host / "g.log.gz"
 
 
-@pytest.mark.parametrize("cpu, model", [(cpu, p.name.split(".log")[0]) for cpu in ("znver4", "rocketlake", "emeraldrapids")
+@pytest.mark.parametrize("cpu, model", [(cpu, p.name.split(".log")[0])
+                                        for cpu in ("znver4", "rocketlake", "emeraldrapids", "znver3")
                                         for p in sorted((shipped.DATA_DIR / cpu).iterdir())])
 def test_the_bench_logs_time_every_step_and_carry_their_models_ratios(cpu, model, monkeypatch):
     # One log, one plan: a solve from these logs takes every other step's timing from the log
     # (graph_tuner_step records), so no step's timing noise can move a near-tie. Logs tuned
     # before session 26 lack the chains a conv may run as its input prologue (DenseNet's
     # bn -> relu), which only since then cost what they take where a plan runs them alone;
-    # a log tuned or resumed since (rocketlake's DenseNet-121, every emeraldrapids log) has every
-    # step. (The znver3 and znver5 logs predate step records.)
+    # a log tuned or resumed since (rocketlake's DenseNet-121, every emeraldrapids and znver3 log) has
+    # every step. (The znver5 logs predate step records.)
     from graph_tuner.api import GraphTuner
     from graph_tuner.executor import step_timing
 
