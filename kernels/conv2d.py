@@ -16,7 +16,9 @@ A 1x1 conv whose weight slice overflows L1 reduces in batches of input channel b
 weights held in L1 and keeps partial sums in the output (ResNet-50 end to end: 2.6% faster
 with the same configs). A 1x1 stride-1 conv runs each work item's rows as one long row
 (:func:`join_rows`), so row ends cost no narrower tail tiles; a strided one (not too small) copies
-the pixels it reads into a compact scratch first (:func:`compact_input`). Grouped convs use
+the pixels it reads into a compact scratch first (:func:`compact_input`). A pointwise kernel
+reads its count of input channel blocks from its arguments (:func:`runtime_channels`), so convs
+that differ only in their input channels share one kernel text, compiled once. Grouped convs use
 the same template with the reduction restricted to the output block's group: the output block
 divides a group's channels, and the input block divides them too or holds several whole
 groups (:func:`reduction_block`), so the layout a wide producer writes needs no transform
@@ -78,12 +80,13 @@ from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "depthwise_epilogue", "kernel_workload", "pack_weight", "reduction_block", "supported"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "conv2d_scalars", "depthwise_epilogue", "kernel_workload", "pack_weight", "prologue_bytes", "reduction_block", "runtime_channels", "supported"]
 
 NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"  # then the workload, config
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch
 ARGS = (*BASE_ARGS, "out2", "scale2", "shift2", "scale_in", "shift_in")
 SCRATCH_ARG = len(ARGS)
+BLOCKS_ARG = SCRATCH_ARG + 1  # a kernel with runtime_channels: its reduction blocks, an integer in the args
 
 
 def rows_per_item(planes: int, rows: int, tile_rows: int, threads: int | None = None) -> int:
@@ -107,6 +110,29 @@ def pointwise(workload: Conv2DWorkload) -> bool:
     pixels' arrangement (rows may be joined, items taken rows first)."""
     return (workload.kernel_shape[2:] == (1, 1) and workload.strides == (1, 1) and not any(workload.padding)
             and workload.groups == 1)
+
+
+def runtime_channels(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
+    """Whether the kernel reads its count of input channel blocks from its arguments instead of
+    having it compiled in: a pointwise conv (:func:`pointwise`) of more than one block, whose input
+    channels enter its code only as the reduction's trip count and the strides that follow from it.
+    Convs that differ only in their input channels (DenseNet's 1x1 convs over a growing
+    concatenation: 58 of its 120) then share one kernel text for a config, compiled once for all
+    of them: tuning DenseNet-121 timed 939 configs of its 1x1 workloads, of which 382 differ but
+    for the input channels. The rest of the kernel (the tiles, their FMAs, the prefetch's lines
+    per step and their spread, whether the reduction runs in L1 batches) is generated for the
+    conv's own sizes as before, so a conv runs the innermost loop it ran with them compiled in.
+    (One block is left compiled in: its reduction is no loop at all.)
+
+    >>> runtime_channels(Conv2DWorkload((1, 96, 8, 8), (32, 96, 1, 1)), Conv2DConfig(16, 16, 4))
+    True
+    >>> runtime_channels(Conv2DWorkload((1, 96, 8, 8), (32, 96, 1, 1)), Conv2DConfig(96, 16, 4))
+    False
+    >>> padded = Conv2DWorkload((1, 96, 8, 8), (32, 96, 3, 3), padding=(1, 1, 1, 1))
+    >>> runtime_channels(padded, Conv2DConfig(16, 16, 4))
+    False
+    """
+    return pointwise(workload) and workload.kernel_shape[1] > reduction_block(workload, config)
 
 
 def join_rows(workload: Conv2DWorkload, config: Conv2DConfig, threads: int | None = None,
@@ -326,6 +352,17 @@ def prologue_fits(workload: Conv2DWorkload) -> bool:
     return workload.kernel_shape[2:] == (1, 1) and not any(workload.padding) and workload.groups == 1
 
 
+def prologue_bytes(workload: Conv2DWorkload, config: Conv2DConfig) -> int:
+    """Bytes of the stack buffer an input prologue transforms a register tile's pixels into (two
+    channel blocks of them: see :func:`_reduce`).
+
+    >>> prologue_bytes(Conv2DWorkload((1, 896, 14, 14), (128, 896, 1, 1)), Conv2DConfig(896, 8, 11))
+    78848
+    """
+    tile = kernel_workload(workload, config, prologue=True)
+    return 2 * min(config.oh_bn, tile.out_height) * min(config.ow_bn, tile.out_width) * config.ic_bn * 4
+
+
 def pads_by_copy(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
     """Whether the kernel copies its input into a zero-bordered scratch first. Register
     tiles of one row skip the padding's taps instead (no copy, no extra pass over the
@@ -467,6 +504,7 @@ class ConvContext:
     kw_order: list[int]  # unrolled taps (see conv_context)
     batch_icg: int  # input channel blocks per reduction batch (ic_batch)
     batches: int
+    runtime: bool  # the reduction's sizes come from the arguments (runtime_channels): see reduction()
 
 
 def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, lanes: int, bias: bool,
@@ -525,8 +563,50 @@ def conv_context(workload: Conv2DWorkload, config: Conv2DConfig, *, name: str, l
         # Unrolled taps in an order where consecutive ones share input pixels (stride 2: kw 0, 2, 1):
         # a pixel loaded for kw 0 and again for kw 2 stayed live across kw 1 and spilled the tile.
         kw_order=sorted(range(KW), key=lambda kw: (kw * dw % sw, kw)),
-        batch_icg=batch_icg, batches=-(-ICgB // batch_icg),
+        batch_icg=batch_icg, batches=-(-ICgB // batch_icg), runtime=runtime_channels(source, config),
     )
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The sizes that follow from the input channel count, as one function's IR uses them:
+    constants, or (:func:`runtime_channels`) values its entry block computes from the count of
+    reduction blocks the call's arguments hold (:data:`BLOCKS_ARG`). Either way the same integers."""
+
+    blocks: int | str  # reduction blocks (ICgB)
+    slice_floats: int | str  # one output channel block's weights
+    last_line: int | str  # the slice's last cache line (slice_lines - 1)
+    image_floats: int | str  # one image of the input as read
+    tile_steps: int | str  # a register tile's innermost trips over the whole reduction
+    row_tile_steps: int | str  # the same for a row of tiles (steps_per_row_tile)
+
+
+def reduction(f: IRFunction, c: ConvContext) -> Reduction:
+    """The :class:`Reduction` of ``c`` in ``f`` (call it in the entry block: its values must
+    dominate every use)."""
+    per_block = c.KH * c.steps_ic
+    if not c.runtime:
+        return Reduction(c.ICgB, c.slice_floats, c.slice_lines - 1, c.ICB * c.Hs * c.Ws * c.icb, c.ICgB * per_block,
+                         c.steps_per_row_tile)
+    blocks = f.op(f"load i64, ptr {f.op(f'getelementptr inbounds ptr, ptr %args, i64 {BLOCKS_ARG}')}, align 8")
+    slice_floats = f.mul(blocks, c.slice_floats // c.ICgB)
+    last_line = f.op(f"lshr i64 {f.add(f.mul(slice_floats, 4), 63)}, 6")  # ceil(bytes / 64) - 1 ...
+    last_line = f.add(last_line, -1)  # ... as slice_lines - 1
+    tiles_per_row = c.steps_per_row_tile // (c.ICgB * per_block)
+    return Reduction(blocks, slice_floats, last_line, f.mul(blocks, c.Hs * c.Ws * c.icb), f.mul(blocks, per_block),
+                     f.mul(blocks, tiles_per_row * per_block))
+
+
+def conv2d_scalars(workload: Conv2DWorkload, config: Conv2DConfig) -> list[int]:
+    """The integers a conv2d kernel's arguments end with (after its scratch): its reduction
+    blocks where it reads them there (:func:`runtime_channels`), else none.
+
+    >>> conv2d_scalars(Conv2DWorkload((1, 96, 8, 8), (32, 96, 1, 1)), Conv2DConfig(16, 16, 4))
+    [6]
+    """
+    if not runtime_channels(workload, config):
+        return []
+    return [workload.kernel_shape[1] // reduction_block(workload, config)]
 
 
 def conv2d_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
@@ -607,6 +687,7 @@ class RowBlock:
     out2: str | None
     scale2: str | None
     shift2: str | None
+    red: Reduction
     icb_start: str = "0"  # the group's first input channel block
     lane_start: str = "0"  # and its first lane in that block (an input block of several groups)
     kh_lo: str | int = 0  # the kh taps inside the input for this row
@@ -646,7 +727,7 @@ def row_block_ir(c: ConvContext, intr: IntrinsicSet, R: int, mode: str = "all") 
     bias = arg_ptr(f, 3) if c.bias else None
     residual = arg_ptr(f, 4) if c.residual else None
     out2, scale2, shift2 = (arg_ptr(f, i) for i in (5, 6, 7)) if c.affine_out else (None, None, None)
-    rb = RowBlock(c, f, intr, R, mode, data, weight, out, bias, residual, out2, scale2, shift2)
+    rb = RowBlock(c, f, intr, R, mode, data, weight, out, bias, residual, out2, scale2, shift2, reduction(f, c))
     if c.prologue:
         rb.scale_in, rb.shift_in = arg_ptr(f, 8), arg_ptr(f, 9)
         rb.pre = f.slot(f"[{2 * R * c.T * c.icb} x float]")  # two halves: see _reduce
@@ -722,7 +803,7 @@ def emit_tile(rb: RowBlock, width: int, ow0: str, index: str, edge: int | None =
     # 45 ms, not 80 (session 21).
     f.branch(f.op("icmp eq i64 %icg0, 0"), lambda: _start_accumulators(rb, tile), lambda: _load_partial_sums(rb, tile))
     _reduce(rb, tile)
-    f.branch(f.op(f"icmp eq i64 %icg1, {c.ICgB}"), lambda: _store_with_epilogue(rb, tile),
+    f.branch(f.op(f"icmp eq i64 %icg1, {rb.red.blocks}"), lambda: _store_with_epilogue(rb, tile),
              lambda: _store_partial_sums(rb, tile))
 
 
@@ -758,11 +839,11 @@ def _reduce(rb: RowBlock, tile: Tile) -> None:
     """The reduction loops: the group's reduction blocks (this batch's), kernel rows (this row's),
     then ``ic_block, kw unrolled`` or ``kw, ic_block`` as ``unroll_kw`` says."""
     c, f = rb.c, rb.f
-    first, end = ("0", c.ICgB) if c.batches == 1 else ("%icg0", "%icg1")
+    first, end = ("0", rb.red.blocks) if c.batches == 1 else ("%icg0", "%icg1")
     half = rb.rows * tile.width * c.icb
     if c.prologue:
         _prologue(rb, tile, first, f.mul(f.op(f"and i64 {first}, 1"), half))
-    with (maybe_loop(f, c.ICgB) if c.batches == 1 else f.loop(end, start=first)) as icg:
+    with (maybe_loop(f, rb.red.blocks) if c.batches == 1 else f.loop(end, start=first)) as icg:
         with (maybe_loop(f, c.KH) if rb.kh_hi == c.KH else f.loop(rb.kh_hi, start=rb.kh_lo)) as kh:
             if c.prologue:
                 # Transform the next block into the other half while this one is reduced, so
@@ -800,11 +881,11 @@ def _fma_step(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str, ic: st
     cb = f.op(f"add nsw i64 {rb.icb_start}, {icg}") if rb.icb_start != "0" else icg
     kwv = [(kw, c.icr * c.ocb)] if isinstance(kw, str) else []
     kwc = kw * c.icr * c.ocb if isinstance(kw, int) else 0
-    wbase = f.affine(("%ob", c.ICgB * c.KH * c.KW * c.icr * c.ocb), (icg, c.KH * c.KW * c.icr * c.ocb),
+    wbase = f.affine(("%ob", rb.red.slice_floats), (icg, c.KH * c.KW * c.icr * c.ocb),
                      (kh, c.KW * c.icr * c.ocb), *kwv, (ic, c.ocb), const=kwc)
     kwv = [(kw, c.dw * c.in_col)] if isinstance(kw, str) else []
     kwc = kw * c.dw * c.in_col if isinstance(kw, int) else 0
-    dbase = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
+    dbase = f.affine(("%n", rb.red.image_floats), (cb, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
                      (kh, c.dh * c.in_row), (tile.ow0, c.sw * c.in_col), *kwv, (ic, 1),
                      *([(rb.lane_start, 1)] if rb.lane_start != "0" else []), const=kwc + c.origin)
     if rb.pre is not None:
@@ -821,7 +902,7 @@ def _prologue(rb: RowBlock, tile: Tile, icg: str, at: str) -> None:
     channel = [f.affine((icg, c.icb), const=off) for off, _ in chunks]
     scale = [f.load(vty(w), f.gep(rb.scale_in, a)) for a, (_, w) in zip(channel, chunks)]
     shift = [f.load(vty(w), f.gep(rb.shift_in, a)) for a, (_, w) in zip(channel, chunks)]
-    base = f.affine(("%n", c.ICB * c.Hs * c.Ws * c.icb), (icg, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
+    base = f.affine(("%n", rb.red.image_floats), (icg, c.Hs * c.Ws * c.icb), ("%oh0", c.sh * c.in_row),
                     (tile.ow0, c.sw * c.in_col))
     for r in range(rb.rows):
         for t in range(tile.width):
@@ -837,14 +918,14 @@ def _prefetch_weights(rb: RowBlock, tile: Tile, icg: str, kh: str, kw: int | str
     """This step's share of the next weight slice (one step = one trip of the innermost loop)."""
     c, f = rb.c, rb.f
     ici = [(ic, 1)] if c.config.unroll_kw else [(kw, c.icr), (ic, 1)]
-    step = f.affine(("%j0", 1), (tile.index, c.ICgB * c.KH * c.steps_ic), (icg, c.KH * c.steps_ic),
+    step = f.affine(("%j0", 1), (tile.index, rb.red.tile_steps), (icg, c.KH * c.steps_ic),
                     (kh, c.steps_ic), *ici)
     for q in range(c.pf_per_step):
         line = f.op(f"mul nsw i64 {step}, {c.pf_per_step}")
         line = f.add(line, q)
         line = f.op(f"lshr i64 {f.mul(line, '%pfs')}, 32")
-        small = f.op(f"icmp slt i64 {line}, {c.slice_lines - 1}")
-        line = f.op(f"select i1 {small}, i64 {line}, i64 {c.slice_lines - 1}")
+        small = f.op(f"icmp slt i64 {line}, {rb.red.last_line}")
+        line = f.op(f"select i1 {small}, i64 {line}, i64 {rb.red.last_line}")
         addr = f.gep("%pf", f.mul(line, 64), "i8")
         f.emit(f"call void @llvm.prefetch.p0(ptr {addr}, i32 0, i32 2, i32 1)")
 
@@ -929,13 +1010,14 @@ def work_item_ir(c: ConvContext) -> str:
 
     n, ob, hb = split("%item")
     weight = arg_ptr(f, 1)
+    red = reduction(f, c)
     if c.pf_per_step:
         has = f.op("icmp sge i64 %next, 0")
         nxt = f.op(f"select i1 {has}, i64 %next, i64 %item")
         nob = split(nxt)[1]
         new = f.op(f"icmp ne i64 {nob}, {ob}")
         target = f.op(f"select i1 {new}, i64 {nob}, i64 {ob}")
-        pf = f.gep(weight, f.mul(target, c.slice_floats))
+        pf = f.gep(weight, f.mul(target, red.slice_floats))
     else:
         pf = weight
     oh_begin = f.mul(hb, c.G)
@@ -946,22 +1028,35 @@ def work_item_ir(c: ConvContext) -> str:
         nfull = f.op(f"udiv i64 {rows}, {c.ohb}") if c.ohb > 1 else rows
     else:
         rows, nfull = str(c.G), str(c.G // c.ohb)
-    scale = str(c.pf_scale)
-    if c.pf_scale_last != c.pf_scale:  # the plane's last row block is shorter: its own spread
-        last = f.op(f"icmp eq i64 {hb}, {c.NB - 1}")
-        scale = f.op(f"select i1 {last}, i64 {c.pf_scale_last}, i64 {c.pf_scale}")
-    item = _Item(n, ob, pf, scale, oh_begin, rows, nfull)
+    scale = _prefetch_scales(f, c, hb)
+    item = _Item(n, ob, pf, scale, oh_begin, rows, nfull, red.row_tile_steps)
     if c.batches == 1:
-        _call_row_blocks(f, c, item, "all", 0, c.ICgB)
+        _call_row_blocks(f, c, item, "all", 0, red.blocks)
     else:  # the reduction in batches whose weights stay in L1 across all the item's rows
-        with f.loop(c.batches) as b:
+        batches = c.batches if not c.runtime else f.op(f"udiv i64 {f.add(red.blocks, c.batch_icg - 1)}, {c.batch_icg}")
+        with f.loop(batches) as b:
             icg0 = f.mul(b, c.batch_icg)
             icg1 = f.add(icg0, c.batch_icg)
-            if c.ICgB % c.batch_icg:  # the last batch is shorter
-                icg1 = f.op(f"select i1 {f.op(f'icmp slt i64 {icg1}, {c.ICgB}')}, i64 {icg1}, i64 {c.ICgB}")
+            if c.runtime or c.ICgB % c.batch_icg:  # the last batch may be shorter
+                short = f.op(f"icmp slt i64 {icg1}, {red.blocks}")
+                icg1 = f.op(f"select i1 {short}, i64 {icg1}, i64 {red.blocks}")
             _call_row_blocks(f, c, item, "batch", icg0, icg1)
     f.emit("ret void")
     return f.text()
+
+
+def _prefetch_scales(f: IRFunction, c: ConvContext, hb: str) -> str:
+    """The work item's :func:`prefetch_scale` (the plane's last row block, which may be shorter,
+    has its own). A constant even where the reduction's size is read at run time
+    (:func:`runtime_channels`): lines and steps both grow with the input channels, so convs that
+    differ only in them mostly share it (where a block's weights are whole cache lines, always),
+    and a constant lets LLVM step the prefetch's line by an add in the innermost loop, where a
+    scale worked out at run time cost a multiply a trip: 1.028x the time over 54 pointwise
+    kernels of the bench models' plans."""
+    if c.pf_scale_last == c.pf_scale:
+        return str(c.pf_scale)
+    last = f.op(f"icmp eq i64 {hb}, {c.NB - 1}")
+    return f.op(f"select i1 {last}, i64 {c.pf_scale_last}, i64 {c.pf_scale}")
 
 
 @dataclass(frozen=True)
@@ -975,6 +1070,7 @@ class _Item:
     oh_begin: str  # first output row
     rows: str  # its rows
     nfull: str  # its full register tile rows
+    row_tile_steps: int | str  # innermost trips per row of tiles (Reduction.row_tile_steps)
 
 
 def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0, icg1) -> None:
@@ -982,7 +1078,7 @@ def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0
     call = f"ptr {item.pf}, i64 {item.pfs}, i64 {{j0}}, i64 {icg0}, i64 {icg1})"
     with f.loop(item.nfull) as rt:
         oh0 = f.op(f"add nsw i64 {item.oh_begin}, {f.mul(rt, c.ohb)}")
-        j0 = f.mul(rt, c.steps_per_row_tile)
+        j0 = f.mul(rt, item.row_tile_steps)
         f.emit(f"call void @{c.name}_rows{c.ohb}_{mode}(ptr %args, i64 {item.n}, i64 {item.ob}, i64 {oh0}, "
                + call.format(j0=j0))
     if c.OH % c.ohb:
@@ -992,7 +1088,7 @@ def _call_row_blocks(f: IRFunction, c: ConvContext, item: _Item, mode: str, icg0
         f.emit(f"br i1 {tail}, label %{tail_label}, label %{end_label}")
         f.label(tail_label)
         oh0 = f.op(f"add nsw i64 {item.oh_begin}, {done}")
-        j0 = f.mul(item.nfull, c.steps_per_row_tile)
+        j0 = f.mul(item.nfull, item.row_tile_steps)
         f.emit(f"call void @{c.name}_rows{c.OH % c.ohb}_{mode}(ptr %args, i64 {item.n}, i64 {item.ob}, i64 {oh0}, "
                + call.format(j0=j0))
         f.emit(f"br label %{end_label}")
@@ -1037,7 +1133,8 @@ class Conv2DKernel(Kernel):
             scratch = [np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
         elif compact_input(workload) is not None:
             scratch = [np.zeros((N, IC // icb, OH, OW, icb), np.float32)]
-        super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)])
+        super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)],
+                         conv2d_scalars(workload, config))
 
 
 def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:

@@ -28,7 +28,8 @@ import ctypes
 import numpy as np
 
 from kernels.config import Conv2DConfig
-from kernels.conv2d import conv2d_arg_shapes, conv2d_ir, conv_context, depthwise_epilogue, takes_rows_first
+from kernels.conv2d import (conv2d_arg_shapes, conv2d_ir, conv2d_scalars, conv_context, depthwise_epilogue,
+                            takes_rows_first)
 from kernels.depthwise import depthwise_arg_shapes, depthwise_ir
 from kernels.ir import arg_ptr, declare_once, decompose
 from kernels.jit import BoundKernel, IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
@@ -103,7 +104,7 @@ class DwProjectKernel:
         self.dw = Kernel(self._module, "dwpw_dw", depthwise_arg_shapes(
             dw, dw_config, bias=bool(dw_epilogue.get("bias")), residual=bool(dw_epilogue.get("residual"))))
         self.pw = Kernel(self._module, "dwpw_pw", conv2d_arg_shapes(pw, pw_config, **flags),
-                         [np.zeros(1, np.float32)])
+                         [np.zeros(1, np.float32)], conv2d_scalars(pw, pw_config))
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(self._module["dwpw"])
 
     def bind(self, dw_arrays: dict, pw_arrays: dict, nthreads: int | None = None) -> BoundKernel:

@@ -495,19 +495,20 @@ class Kernel:
 
     ``args`` is an array of raw buffer addresses in the order of ``arg_shapes``
     (optional arguments may be absent: address 0), followed by the kernel's own
-    scratch buffers. ``k(*arrays)`` checks shapes and runs; ``k.bind(*arrays)``
+    scratch buffers, then its ``scalars`` (integers its code reads at run time). ``k(*arrays)`` checks shapes and runs; ``k.bind(*arrays)``
     checks once and returns a zero-argument callable with the addresses cached
     (reading ``ndarray.ctypes.data`` costs ~2 us) for timing loops and executors.
     A kernel with scratch buffers is not re-entrant: run one call at a time.
     """
 
     def __init__(self, module: CompiledModule, name: str, arg_shapes: dict[str, tuple[int, ...] | None],
-                 scratch: list | None = None):
+                 scratch: list | None = None, scalars: Sequence[int] = ()):
         self.name = name
         self.arg_shapes = dict(arg_shapes)  # None: argument not used by this kernel
         self._module = module
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(module[name])
         self._scratch = list(scratch or [])
+        self._scalars = [int(v) for v in scalars]
 
     def _addresses(self, arrays: dict) -> list[int]:
         addresses = []
@@ -525,7 +526,7 @@ class Kernel:
             if tuple(a.shape) != tuple(shape):
                 raise ValueError(f"{self.name}: {arg!r} has shape {a.shape}, expected {tuple(shape)}")
             addresses.append(a.ctypes.data)
-        return addresses + [s.ctypes.data for s in self._scratch]
+        return addresses + [s.ctypes.data for s in self._scratch] + self._scalars
 
     def bind(self, *args, nthreads: int | None = None, **kwargs) -> BoundKernel:
         """A zero-argument callable running the kernel on these arrays (kept alive by it)."""

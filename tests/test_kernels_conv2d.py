@@ -571,3 +571,75 @@ def test_tall_conv_by_columns_shares_its_broadcasts():
         return asm.count("vbroadcastss") / asm.count("vfmadd")
 
     assert per_fma(True) < 0.5 * per_fma(False)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_1x1_convs_that_differ_in_input_channels_share_one_kernel(monkeypatch, batched):
+    """A pointwise conv reads its count of input channel blocks at run time (runtime_channels):
+    convs that differ only in their input channels get one kernel text, compiled once, and each
+    matches the reference through it, with the reduction in L1 batches (the last one shorter) or
+    whole, the next block's weights prefetched, an input prologue and the full epilogue."""
+    import kernels.conv2d as conv
+
+    if batched:
+        monkeypatch.setattr(conv, "L1_WEIGHT_SHARE", 2 * 8 * 8 * 4 / conv.host_cpu().l1d_bytes)  # 2 blocks a batch
+    monkeypatch.setattr(conv, "prefetch_per_step", lambda nbytes, steps, l2_bytes=None: 1)
+    cfg = Conv2DConfig(ic_bn=8, oc_bn=8, ow_bn=4)
+    sizes = (24, 40) if batched else (16, 24, 40)  # batched, 3 and 5 blocks: 2 + 1 and 2 + 2 + 1
+    works = [Conv2DWorkload((1, ic, 6, 7), (16, ic, 1, 1)) for ic in sizes]
+    clear_kernel_caches()
+    try:
+        epilogue = dict(bias=True, activation="relu", prologue=True, prologue_activation="relu")
+        texts = {conv.kernel_ir(wl, cfg, **epilogue) for wl in works}
+        assert len(texts) == 1
+        assert all(conv.conv_context(wl, cfg, name="k", lanes=8, bias=True, residual=False, activation=None,
+                                     affine_out=False, affine_activation=None).batches > 1 for wl in works) == batched
+        kernels = [conv.build_conv2d(wl, cfg, **epilogue) for wl in works]
+        assert len({id(k._module) for k in kernels}) == 1  # one compiled module
+        rng = np.random.default_rng(3)
+        for wl, k in zip(works, kernels):
+            ic = wl.data_shape[1]
+            x, w = rng.standard_normal(wl.data_shape, dtype=np.float32), rng.standard_normal(wl.kernel_shape,
+                                                                                          dtype=np.float32)
+            b, scale, shift = (rng.standard_normal(n, dtype=np.float32) for n in (16, ic, ic))
+            out = np.full(k.output_shape, np.nan, np.float32)
+            k.bind(to_blocked(x, 8), pack_weight(w, 8, 8), out, bias=b, scale_in=scale, shift_in=shift, nthreads=2)()
+            pre = np.maximum(x * scale[None, :, None, None] + shift[None, :, None, None], 0)
+            np.testing.assert_allclose(from_blocked(out), conv2d_nchw(pre, w, bias=b, activation="relu"),
+                                       rtol=1e-4, atol=1e-4)
+        for wl in works:  # run alone too, each one is a run of its own (no state left by another)
+            run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=1)
+    finally:
+        clear_kernel_caches()
+
+
+@pytest.mark.parametrize("wl, cfg", [
+    (Conv2DWorkload((1, 96, 14, 14), (64, 96, 1, 1)), Conv2DConfig(16, 16, 7)),
+    (Conv2DWorkload((1, 256, 28, 28), (128, 256, 1, 1)), Conv2DConfig(32, 32, 6)),
+    (Conv2DWorkload((1, 992, 7, 7), (128, 992, 1, 1)), Conv2DConfig(32, 16, 7)),
+    (Conv2DWorkload((1, 64, 9, 5), (32, 64, 1, 1)), Conv2DConfig(8, 8, 3, oh_bn=2)),
+])
+def test_a_runtime_reduction_works_out_the_sizes_compiled_in_before(wl, cfg):
+    """The sizes a pointwise kernel computes from its reduction blocks at run time (reduction())
+    are the integers conv_context computes, which a kernel compiled them in as."""
+    import ctypes
+
+    import kernels.conv2d as conv
+    from kernels.jit import IRFunction, compile_ir, host_cpu
+
+    c = conv.conv_context(wl, cfg, name="k", lanes=host_cpu().lanes, bias=False, residual=False, activation=None,
+                          affine_out=False, affine_activation=None)
+    assert c.runtime
+    f = IRFunction("define void @sizes(ptr %args, ptr %out)")
+    red = conv.reduction(f, c)
+    values = [red.blocks, red.slice_floats, red.last_line, red.image_floats, red.tile_steps, red.row_tile_steps]
+    for i, v in enumerate(values):
+        f.store("i64", v, f.op(f"getelementptr inbounds i64, ptr %out, i64 {i}"), align=8)
+    f.emit("ret void")
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(compile_ir(f.text())["sizes"])
+    args = (ctypes.c_int64 * (conv.BLOCKS_ARG + 1))(*([0] * conv.BLOCKS_ARG + conv.conv2d_scalars(wl, cfg)))
+    want = [c.ICgB, c.slice_floats, c.slice_lines - 1, c.ICB * c.Hs * c.Ws * c.icb, c.ICgB * c.KH * c.steps_ic,
+            c.steps_per_row_tile]
+    out = (ctypes.c_int64 * len(values))()
+    fn(args, out)
+    assert list(out) == want
