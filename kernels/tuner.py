@@ -109,18 +109,31 @@ def max_accumulators(lanes: int) -> int:
     return vector_registers(lanes) - 4
 
 
-def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int) -> bool:
+def hopeless(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int, prologue: bool = False) -> bool:
     """Whether the register tile needs more than twice the vector register file in
-    accumulators, so that it spills on every step. Not worth a trial: in session 7's first
-    znver3 logs none of the 200 such configs came within 2.0x of its workload's best (those of
+    accumulators, so that it spills on every step, or (a conv timed with an input
+    ``prologue``) the buffer its prologue transforms the tile's pixels into overflows L1
+    (:func:`kernels.conv2d.prologue_bytes`). Not worth a trial: in session 7's first
+    znver3 logs none of the 200 such register tiles came within 2.0x of its workload's best (those of
     17-32 accumulators: 1.5x), and ResNet-50's 159 took 407 s of its 760 s of tuning, an
-    ``oc_bn`` of 1024 or 2048 compiling for 4-20 s.
+    ``oc_bn`` of 1024 or 2048 compiling for 4-20 s. Of DenseNet-121's prologue configs in nine
+    logs of four CPUs (session 39), none of the 31 whose buffer overflowed the CPU's L1 came within
+    1.31x of its workload's best, and an ``ic_bn`` of a whole concatenation (768-960 channels)
+    compiled for 10-22 s: they took up to 79 s of a tune.
 
     >>> w = Conv2DWorkload((1, 512, 7, 7), (2048, 512, 1, 1))
     >>> hopeless(w, Conv2DConfig(64, 2048, 1), 8), hopeless(w, Conv2DConfig(64, 32, 7), 8)
     (True, False)
+    >>> dense = Conv2DWorkload((1, 896, 14, 14), (128, 896, 1, 1))
+    >>> [hopeless(dense, Conv2DConfig(ic, 8, 11), 8, prologue=True) for ic in (32, 896)]
+    [False, True]
     """
-    return _accumulators(config, lanes) > 2 * vector_registers(lanes)  # in any item order
+    from kernels.conv2d import prologue_bytes
+    from kernels.jit import host_cpu
+
+    if _accumulators(config, lanes) > 2 * vector_registers(lanes):  # in any item order
+        return True
+    return prologue and prologue_bytes(workload, config) > host_cpu().l1d_bytes
 
 
 class MeasureError(Exception):
@@ -158,7 +171,7 @@ class TuneResult:
     measurements: list[Measurement] = field(default_factory=list)
     previous: dict[int, float | None] = field(default_factory=dict)  # index -> seconds from earlier runs
     unsupported: int = 0  # configs of the space the codegen cannot build (never tried)
-    hopeless: int = 0  # configs whose register tile spills hopelessly (never tried; see hopeless())
+    hopeless: int = 0  # configs whose register tile spills or prologue overflows L1 (never tried; see hopeless())
     confirmations: list[Measurement] = field(default_factory=list)  # re-timings of the winners, round by round
 
     @property
@@ -473,7 +486,10 @@ def tune(
     configs = space.configs()
     builds = getattr(measure, "builds", supported)  # a KernelTimer knows which workloads are Winograd GEMMs
     buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
-    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes)]
+    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
+    # input prologue, its rows' order differs, and its buffer must fit L1 (hopeless).
+    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
+    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
     seconds: dict[int, float | None] = dict(result.previous)
@@ -483,9 +499,6 @@ def tune(
         default = None
     if default is not None and not builds(workload, configs[default]):
         default = None
-    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
-    # input prologue, its rows' order differs.
-    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
     search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm,
                      prologue)
     start = time.perf_counter()

@@ -276,6 +276,32 @@ def test_hopeless_register_tiles_are_never_tried():
     assert 16 < widest <= 32  # spilling tiles up to twice the 16 registers are still tried
 
 
+def test_prologue_configs_whose_buffer_overflows_l1_are_never_tried():
+    """A conv timed with an input prologue transforms each tile's pixels into a stack buffer:
+    configs whose buffer overflows L1 (an ``ic_bn`` of the whole input, say) are skipped and
+    counted as hopeless; without the prologue they are tried as before."""
+    from kernels.conv2d import prologue_bytes
+    from kernels.jit import host_cpu
+
+    w = Conv2DWorkload((1, 512, 7, 7), (64, 512, 1, 1))
+
+    class Timed:  # a measure that says it times the workload with a prologue, as KernelTimer does
+        def __init__(self, prologue):
+            self.epilogues = {w: {"prologue": prologue}}
+
+        def __call__(self, wl, c):
+            return landscape(wl, c)
+
+    l1 = host_cpu().l1d_bytes
+    space = tuning_space(w)
+    over = [c for c in space.configs() if supported(w, c) and prologue_bytes(w, c) > l1]
+    assert over  # the space has some
+    plain, fused = (tune(w, trials=10_000, measure=Timed(p), lanes=8) for p in (False, True))
+    assert any(prologue_bytes(w, m.config) > l1 for m in plain.measurements)
+    assert not any(prologue_bytes(w, m.config) > l1 for m in fused.measurements)
+    assert fused.hopeless - plain.hopeless == len({c for c in over if not hopeless(w, c, 8)})
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_resumed_search_measures_what_the_unkilled_one_would(seed):
     """A rerun after a kill passes what the log holds as ``measured``: from any point, the
