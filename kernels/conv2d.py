@@ -80,7 +80,9 @@ from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
 
-__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "conv2d_scalars", "depthwise_epilogue", "kernel_workload", "pack_weight", "prologue_bytes", "reduction_block", "runtime_channels", "supported"]
+__all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "conv2d_scalars",
+           "depthwise_epilogue", "kernel_workload", "pack_weight", "prologue_bytes", "reduction_block",
+           "runtime_channels", "supported"]
 
 NO_ROW_MEANS = "only depthwise kernels write row means; this conv runs on the dense template"  # then the workload, config
 # conv2d also takes the affine second output and the input prologue (see conv2d_ir); then the scratch

@@ -495,7 +495,8 @@ class Kernel:
 
     ``args`` is an array of raw buffer addresses in the order of ``arg_shapes``
     (optional arguments may be absent: address 0), followed by the kernel's own
-    scratch buffers, then its ``scalars`` (integers its code reads at run time). ``k(*arrays)`` checks shapes and runs; ``k.bind(*arrays)``
+    scratch buffers, then its ``scalars`` (integers its code reads at run time).
+    ``k(*arrays)`` checks shapes and runs; ``k.bind(*arrays)``
     checks once and returns a zero-argument callable with the addresses cached
     (reading ``ndarray.ctypes.data`` costs ~2 us) for timing loops and executors.
     A kernel with scratch buffers is not re-entrant: run one call at a time.
