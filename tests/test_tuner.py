@@ -202,6 +202,25 @@ def test_kernel_timer_times_the_fused_epilogue(calls_to):
     assert built[-1][1] == {}
 
 
+def test_a_timing_runs_only_its_repeats_cold_and_a_finalist_keeps_its_arguments(cold_calls, calls_to,
+                                                                                  monkeypatch):
+    """The looks warm the kernel and size the repeats: no cold warm-up or calibration run on
+    top. A config timed again (a finalist's rounds) reuses its bound arguments, as far as
+    BOUND_BYTES keeps them."""
+    from kernels.config import Conv2DConfig
+
+    w = Conv2DWorkload((1, 16, 8, 8), (32, 16, 1, 1))
+    made = calls_to(tuner_mod, "kernel_arguments")
+    timer = tuner_mod.KernelTimer(min_repeat_ms=1e-6, repeat=3)  # one call a repeat
+    a, b = Conv2DConfig(16, 16, 4), Conv2DConfig(16, 32, 4)
+    assert timer(w, a) > 0 and len(cold_calls) == 3
+    timer(w, a), timer(w, b), timer(w, a)
+    assert len(made) == 2 and len(cold_calls) == 12
+    monkeypatch.setattr(tuner_mod, "BOUND_BYTES", 1)  # room for one: each evicts the other
+    timer(w, b), timer(w, a), timer(w, b)  # kept, then made again twice
+    assert len(made) == 4
+
+
 def test_kernel_timer_rotates_the_parameters_and_keeps_the_activations(cold_calls):
     """Weights, bias and scale/shift are cold on every timed call (copies in turn), the
     activations are the same buffers each call (warm, as the layer before left them)."""
