@@ -260,11 +260,12 @@ class InNetworkTimer:
             return sum(steps.values())
 
         params = self.model.params(0) if plan.steps else None  # for the other steps' alone timings, made once a run
+        timers: dict = {}  # the conv timers, their kernels' buffers bound once a run, not once a round
         before, span = profile()
         for _ in range(self.rounds):
             pending: list[tuple[list[str], float]] = []
             started, timed = clock(), {}
-            timings = iter_retimed(plan, self.model, params)
+            timings = iter_retimed(plan, self.model, params, timers)
             while (item := next(timings, None)) is not None or pending:
                 if item is not None:
                     pending.append(item)
@@ -373,10 +374,13 @@ def retimed_steps(plan, model=None) -> dict[str, float]:
     return {name: ms for names, ms in iter_retimed(plan, model) for name in names}
 
 
-def iter_retimed(plan, model=None, params: dict | None = None) -> Iterator[tuple[list[str], float]]:
+def iter_retimed(plan, model=None, params: dict | None = None,
+                 timers: dict | None = None) -> Iterator[tuple[list[str], float]]:
     """:func:`retimed_steps` one timing at a time: yields ``(step names, ms)``, the names all
     steps that timing stands for (the layers that run one kernel with one epilogue, the
-    transforms of one key; another step alone, with ``params``, default ``model.params(0)``)."""
+    transforms of one key; another step alone, with ``params``, default ``model.params(0)``).
+    ``timers``: the conv timers by epilogue, kept by a caller that re-times the plan again
+    (their kernels' bound buffers with them: :class:`kernels.tuner.KernelTimer`)."""
     from graph_tuner.winograd import runs_winograd
     from kernels.transform_bench import time_transform
     from kernels.tuner import KernelTimer
@@ -386,7 +390,9 @@ def iter_retimed(plan, model=None, params: dict | None = None) -> Iterator[tuple
         from graph_tuner.fusion import conv_epilogues, plan_steps
 
         epilogues = conv_epilogues(model, plan_steps(model, plan.blocks, plan.joins))
-    timers: dict[tuple, KernelTimer] = {}
+    timers = {} if timers is None else timers
+    for timer in timers.values():
+        timer.best.clear()  # each re-timing its own: no cheap reject against an earlier one's times
     kernels: dict[tuple, list] = {}  # (timed workload, config, epilogue) -> [layers], in plan order
     for lc in plan.layers:
         epi = tuple(sorted(epilogues.get(lc.name, {}).items()))

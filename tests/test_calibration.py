@@ -267,7 +267,7 @@ def test_timer_divides_out_the_hosts_state(tiny_onnx, monkeypatch):
         speed = host["profiles"].pop(0) if host["profiles"] else host["speed"]
         return Profile([StepTime(s.name, s.category, s.ops, 3.0 * speed, None) for s in self.steps])
 
-    def fake_retimed(plan, model=None, params=None):
+    def fake_retimed(plan, model=None, params=None, timers=None):
         for name in names:
             now[0] += 0.6
             calls.append(name)
@@ -361,6 +361,27 @@ def test_retimed_steps_are_named_as_the_profile_names_them():
     alone = retimed_steps(plan, m)
     assert set(alone) == {s.name for s in compile_model(m, plan).steps}
     assert all(ms > 0 for ms in alone.values())
+
+
+def test_a_plan_re_timed_again_with_its_timers_binds_each_kernels_buffers_once(calls_to):
+    """The calibration's rounds pass their conv timers on (iter_retimed's ``timers``): each
+    kernel's buffers are made once a run, not once a round."""
+    import kernels.tuner as tuner_mod
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.plan_run import iter_retimed
+
+    b = GraphBuilder("t")
+    x = b.input((1, 8, 6, 6))
+    m = b.build(b.relu(b.conv(b.conv(x, 16, 3, padding=1, name="c1"), 16, 1, name="c2")))
+    plan = GraphTuner(m, [], fallback=True).solve(measure=True)
+    made = calls_to(tuner_mod, "kernel_arguments")
+    timers: dict = {}
+    first = list(iter_retimed(plan, m, timers=timers))  # (step names, ms) a timing
+    assert len(made) == len(plan.layers) == 2 and timers
+    again = list(iter_retimed(plan, m, timers=timers))
+    assert len(made) == 2 and all(ms > 0 for _, ms in again) and len(again) == len(first)
+    list(iter_retimed(plan, m))  # a caller that keeps none: made again
+    assert len(made) == 4
 
 
 def test_a_model_with_two_inputs_calibrates(tmp_path):
