@@ -262,11 +262,12 @@ _NAME = "gt_winograd_phase"  # stands for a phase's name until the text is hashe
 
 
 @kernel_cache(maxsize=64)
-def _phase(kind: str, workload: Conv2DWorkload, block: int, lanes: int, bias: bool = False, residual: bool = False,
-           activation=None, affine_out: bool = False, affine_activation=None) -> str:
-    """The name of the input (``kind`` "in") or output ("out") transform phase of a Winograd
-    conv, ``void @name(ptr args, i32 nthreads)``, compiled in a module of its own and bound for
-    the JIT linker (:func:`kernels.jit.compile_shared`), the name a digest of its text.
+def _phase_text(kind: str, workload: Conv2DWorkload, block: int, lanes: int, bias: bool = False,
+                residual: bool = False, activation=None, affine_out: bool = False,
+                affine_activation=None) -> tuple[str, str]:
+    """The name and IR text of the input (``kind`` "in") or output ("out") transform phase of a
+    Winograd conv, ``void @name(ptr args, i32 nthreads)``, a module of its own, the name a digest
+    of its text.
 
     A transform depends on the conv, one block size and the epilogue, not on the GEMM's
     schedule, so the configs a tuner tries share a few: compiled into each config's module,
@@ -284,9 +285,36 @@ def _phase(kind: str, workload: Conv2DWorkload, block: int, lanes: int, bias: bo
         items = n * (workload.out_channels // block) * th
     text = declare_once(body + intr.declarations() + parallel_entry_ir(_NAME, [(item, items)]))
     name = f"gt_winograd_{kind}_{hashlib.sha1(text.encode()).hexdigest()[:20]}"
-    text = text.replace(_NAME, name)
+    return name, text.replace(_NAME, name)
+
+
+def _phase(kind: str, workload: Conv2DWorkload, block: int, lanes: int, *epilogue) -> str:
+    """The name of a transform phase (:func:`_phase_text`), compiled and bound for the JIT
+    linker (:func:`kernels.jit.compile_shared`; once: its text is cached)."""
+    name, text = _phase_text(kind, workload, block, lanes, *epilogue)
     compile_shared(text, [name])
     return name
+
+
+def phase_texts(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
+                activation=None, affine_out: bool = False, affine_activation=None,
+                lanes: int | None = None) -> list[str]:
+    """The IR texts of the two transform phases :func:`winograd_ir` of the same arguments
+    calls, to compile ahead side by side (:func:`kernels.jit.compile_ahead`): making a
+    kernel's text compiles its phases one after another in this process, so a tuner's pair of
+    configs (or a program's Winograd layers) waited for each new phase alone (Inception-v3's
+    tune: 3.4% of its time, session 41). ``ValueError`` for a config that is no Winograd GEMM's.
+
+    >>> w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    >>> [t.count("define") for t in phase_texts(w, Conv2DConfig(8, 16, 4), lanes=8)]
+    [2, 2]
+    """
+    lanes = lanes or host_cpu().lanes
+    if not gemm_supported(gemm_workload(workload), config):
+        raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
+    return [_phase_text("in", workload, config.ic_bn, lanes)[1],
+            _phase_text("out", workload, config.oc_bn, lanes, bias, residual, activation, affine_out,
+                        affine_activation)[1]]
 
 
 # As kernels.conv2d._conv2d_text: the tuner asks for a config's text up to three times.

@@ -184,3 +184,50 @@ def test_a_programs_conv_kernels_are_compiled_ahead(fresh_jit, monkeypatch):
     convs = [op for op in m.ops if op.kind == "conv2d"]
     assert len(ahead) == len(set(ahead)) == len(convs) == 5 and set(ahead) <= set(asked)
     assert len(set(asked) - set(ahead)) == 1  # the dense layer's 1x1 conv, built by its own step
+
+
+def test_a_winograd_pairs_transform_phases_compile_side_by_side_before_its_kernels(fresh_jit, monkeypatch):
+    """Making a Winograd kernel's text compiles its transform phases, one by one in this process;
+    the tuner's prepare hands a pair's phases to compile_ahead first, and they are the phases the
+    kernels' texts then call: every compile happens inside compile_ahead, none while the texts are
+    made or the pair is timed."""
+    import re
+
+    from kernels import winograd
+    from kernels.tuner import KernelTimer
+
+    monkeypatch.setattr(jit.threads, "usable_cores", lambda: 2)  # one helper even on one core
+    conv = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
+    gemm = winograd.gemm_workload(conv)
+    first, second = Conv2DConfig(8, 16, 4), Conv2DConfig(16, 8, 2)  # four distinct phases
+    assert winograd.gemm_supported(gemm, first) and winograd.gemm_supported(gemm, second)
+    calls, outside = [], []
+    inside = [0]
+    real_ahead, real_jit = jit.compile_ahead, jit._jit
+
+    def recording_ahead(needed, guesses=()):
+        calls.append((list(needed), list(guesses)))
+        inside[0] += 1
+        try:
+            return real_ahead(needed, guesses)
+        finally:
+            inside[0] -= 1
+
+    def recording_jit(module):
+        if not inside[0]:
+            outside.append(module)
+        return real_jit(module)
+
+    monkeypatch.setattr(jit, "compile_ahead", recording_ahead)
+    monkeypatch.setattr(jit, "_jit", recording_jit)
+    jit.clear_kernel_caches()
+    timer = KernelTimer(winograd={gemm: conv})
+    timer.prepare(gemm, first, [second])
+    (phases, _), (kernels, guesses) = calls
+    assert len(set(phases)) == 4 and all(t in jit._engines for t in phases)
+    names = {n for t in phases for n in re.findall(r"define void @(gt_winograd_(?:in|out)_[0-9a-f]{20})\(", t)}
+    assert len(names) == 4
+    for text in kernels + guesses:  # each kernel calls an input and an output phase compiled first
+        assert sum(f"declare void @{n}(" in text for n in names) == 2
+    assert timer(gemm, first) > 0 and timer(gemm, second) > 0
+    assert not outside  # nothing compiled one by one: not the phases, not the pair's kernels

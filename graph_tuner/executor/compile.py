@@ -363,21 +363,32 @@ def _conv_step(model: Model, s: Step, lc, params, read, buffers: dict, weights: 
 def _conv_kernel(model: Model, s: Step, lc, rows_first: bool, ir: bool = False):
     """A conv step's kernel, or with ``ir`` the IR text it compiles (a Winograd conv's GEMM: its
     transform phases compile as the text is made)."""
-    from graph_tuner.winograd import runs_winograd
     from kernels.conv2d import build_conv2d, kernel_ir
-    from kernels.winograd import build_winograd, winograd_epilogue, winograd_ir
+    from kernels.winograd import build_winograd, winograd_ir
 
-    w = model.workload(model.op(s.ops[0]))
-    epilogue = step_epilogue(model, s)
-    if runs_winograd(w, getattr(lc.candidate.record, "workload", None)):  # the plan chose its GEMM's record
+    choice = _winograd_choice(model, s, lc)
+    if choice is not None:
         try:
-            return (winograd_ir if ir else build_winograd)(w, lc.candidate.config, **winograd_epilogue(epilogue))
+            return (winograd_ir if ir else build_winograd)(choice[0], choice[1], **choice[2])
         except ValueError as e:
             if ir:
                 raise
             raise GraphTunerError(f"layer '{s.ops[0]}': {e}; solve without its Winograd records") from None
     # The epilogue the tuner timed it with; rows first, the same arithmetic in another work order.
-    return (kernel_ir if ir else build_conv2d)(w, lc.candidate.config, rows_first=rows_first, **epilogue)
+    return (kernel_ir if ir else build_conv2d)(model.workload(model.op(s.ops[0])), lc.candidate.config,
+                                               rows_first=rows_first, **step_epilogue(model, s))
+
+
+def _winograd_choice(model: Model, s: Step, lc) -> tuple | None:
+    """``(conv workload, GEMM config, Winograd epilogue arguments)`` where the plan chose a
+    conv step's GEMM record (it runs Winograd), else None."""
+    from graph_tuner.winograd import runs_winograd
+    from kernels.winograd import winograd_epilogue
+
+    w = model.workload(model.op(s.ops[0]))
+    if not runs_winograd(w, getattr(lc.candidate.record, "workload", None)):
+        return None
+    return w, lc.candidate.config, winograd_epilogue(step_epilogue(model, s))
 
 
 def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -> None:
@@ -386,7 +397,19 @@ def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -
     compiled: one by one they took DenseNet-121's program 9-14 s on one core of two. A kernel
     that cannot be made is left to its step, which reports it."""
     from kernels.jit import compile_ahead
+    from kernels.winograd import phase_texts
 
+    phases = []  # the Winograd layers' transform phases first: making a kernel's text compiles its own one by one
+    for s, lc, _ in convs:
+        if (choice := _winograd_choice(model, s, lc)) is not None:
+            try:
+                phases += phase_texts(choice[0], choice[1], **choice[2])
+            except ValueError:
+                continue
+    try:
+        compile_ahead(phases)
+    except RuntimeError:  # LLVM refused one: making its kernel's text compiles it again and says so
+        pass
     texts = []
     for s, lc, rows_first in convs:
         try:
