@@ -676,9 +676,14 @@ class KernelTimer:
         the measurement, which builds the kernel again (from the cache where it compiled)."""
         from kernels.jit import compile_ahead
 
-        self._phases_ahead(workload, [config, *guesses])
+        configs = [config, *guesses]
+        if workload in self.winograd:  # its transform phases first, side by side
+            from kernels.winograd import compile_phases_ahead, winograd_epilogue
+
+            epilogue = winograd_epilogue(dict(self.epilogues.get(workload, {})))
+            compile_phases_ahead((self.winograd[workload], c, epilogue) for c in configs)
         texts = []
-        for c in [config, *guesses]:
+        for c in configs:
             try:
                 texts.append(self.kernel(workload, c, ir=True))
             except ValueError:
@@ -687,27 +692,6 @@ class KernelTimer:
         try:
             compile_ahead(texts[:1], texts[1:])
         except RuntimeError:  # LLVM refused it: measured as a failure
-            pass
-
-    def _phases_ahead(self, workload: Conv2DWorkload, configs: list[Conv2DConfig]) -> None:
-        """For a Winograd GEMM: its configs' transform phases compiled side by side first
-        (:func:`kernels.winograd.phase_texts`), which making their texts would compile one by one."""
-        from kernels.jit import compile_ahead
-        from kernels.winograd import phase_texts, winograd_epilogue
-
-        conv = self.winograd.get(workload)
-        if conv is None:
-            return
-        epilogue = winograd_epilogue(dict(self.epilogues.get(workload, {})))
-        texts = []
-        for c in configs:
-            try:
-                texts += phase_texts(conv, c, **epilogue)
-            except ValueError:  # no GEMM config: its kernel's text says so
-                continue
-        try:
-            compile_ahead(texts)
-        except RuntimeError:  # LLVM refused one: making the kernel's text compiles it again and says so
             pass
 
     def builds(self, workload: Conv2DWorkload, config: Conv2DConfig) -> bool:

@@ -15,7 +15,7 @@ image of tiles (:func:`gemm_workload`), which is :mod:`kernels.conv2d`'s code, t
    activation), stored where the tile lies inside the output.
 
 The transforms do not depend on the GEMM's schedule: each is compiled in a module of its own,
-once per channel block and epilogue, and the kernel calls it by name (:func:`_phase`), so a
+once per channel block and epilogue, and the kernel calls it by name (:func:`_phases`), so a
 tuner's configs compile only their GEMM.
 
 Float32 rounding: the transforms' constants (up to 8 and 1/24) lose about 3 more digits
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from contextlib import contextmanager
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -253,7 +254,7 @@ def winograd_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = 
                 activation=None, affine_out: bool = False, affine_activation=None, name: str = "winograd",
                 lanes: int | None = None) -> str:
     """IR of ``void @name(ptr args, i32 nthreads)`` (args: :data:`ARGS`, then V and M): the GEMM,
-    calling the transform phases, which are compiled apart (:func:`_phase`) when this is called."""
+    calling the transform phases, which are compiled apart (:func:`_phases`) when this is called."""
     return _winograd_text(workload, config, bias, residual, activation, affine_out, affine_activation, name,
                           lanes or host_cpu().lanes, num_threads())
 
@@ -288,50 +289,65 @@ def _phase_text(kind: str, workload: Conv2DWorkload, block: int, lanes: int, bia
     return name, text.replace(_NAME, name)
 
 
-def _phase(kind: str, workload: Conv2DWorkload, block: int, lanes: int, *epilogue) -> str:
-    """The name of a transform phase (:func:`_phase_text`), compiled and bound for the JIT
-    linker (:func:`kernels.jit.compile_shared`; once: its text is cached)."""
-    name, text = _phase_text(kind, workload, block, lanes, *epilogue)
-    compile_shared(text, [name])
-    return name
+def _phases(workload: Conv2DWorkload, config: Conv2DConfig, lanes: int, bias: bool = False, residual: bool = False,
+            activation=None, affine_out: bool = False, affine_activation=None) -> list[tuple[str, str]]:
+    """The (name, IR text) of the input and the output transform phase a Winograd kernel of
+    ``config`` calls; ``ValueError`` for a config that is no Winograd GEMM's."""
+    if not gemm_supported(gemm_workload(workload), config):
+        raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
+    return [_phase_text("in", workload, config.ic_bn, lanes),
+            _phase_text("out", workload, config.oc_bn, lanes, bias, residual, activation, affine_out,
+                        affine_activation)]
 
 
 def phase_texts(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False, residual: bool = False,
                 activation=None, affine_out: bool = False, affine_activation=None,
                 lanes: int | None = None) -> list[str]:
-    """The IR texts of the two transform phases :func:`winograd_ir` of the same arguments
-    calls, to compile ahead side by side (:func:`kernels.jit.compile_ahead`): making a
-    kernel's text compiles its phases one after another in this process, so a tuner's pair of
-    configs (or a program's Winograd layers) waited for each new phase alone (Inception-v3's
-    tune: 3.4% of its time, session 41). ``ValueError`` for a config that is no Winograd GEMM's.
+    """The IR texts of the two transform phases :func:`winograd_ir` of the same arguments calls.
 
     >>> w = Conv2DWorkload((1, 16, 8, 8), (16, 16, 3, 3), padding=(1, 1, 1, 1))
     >>> [t.count("define") for t in phase_texts(w, Conv2DConfig(8, 16, 4), lanes=8)]
     [2, 2]
     """
-    lanes = lanes or host_cpu().lanes
-    if not gemm_supported(gemm_workload(workload), config):
-        raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
-    return [_phase_text("in", workload, config.ic_bn, lanes)[1],
-            _phase_text("out", workload, config.oc_bn, lanes, bias, residual, activation, affine_out,
-                        affine_activation)[1]]
+    return [text for _, text in _phases(workload, config, lanes or host_cpu().lanes, bias, residual, activation,
+                                        affine_out, affine_activation)]
+
+
+def compile_phases_ahead(convs: Iterable[tuple[Conv2DWorkload, Conv2DConfig, Mapping]]) -> None:
+    """Compile the transform phases of ``(conv, GEMM config, winograd_ir's epilogue arguments)``
+    side by side (:func:`kernels.jit.compile_ahead`) before their kernels' texts are made:
+    making a text compiles its new phases one after another in this process, so a tuner's pair
+    of configs (or a program's Winograd layers) waited for each alone (Inception-v3's tune: 3.4%
+    of its time, session 41). A config that is no GEMM's, or a phase LLVM refuses, is left to
+    its kernel's text, which says so."""
+    from kernels import jit  # looked up at the call: tests watch jit.compile_ahead
+
+    texts = []
+    for conv, config, epilogue in convs:
+        try:
+            texts += phase_texts(conv, config, **epilogue)
+        except ValueError:
+            continue
+    try:
+        jit.compile_ahead(texts)
+    except RuntimeError:
+        pass
 
 
 # As kernels.conv2d._conv2d_text: the tuner asks for a config's text up to three times.
 # ``threads`` is only part of the key (the GEMM's text splits its rows by the thread count).
-# Getting the text compiles its transform phases (_phase), which the text calls by name: so
+# Getting the text compiles its transform phases (_phases), which the text calls by name: so
 # they are linkable before any module of this text is, here or compiled by a helper process.
 @kernel_cache(maxsize=16)
 def _winograd_text(workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool, activation,
                    affine_out: bool, affine_activation, name: str, lanes: int, threads: int) -> str:
     gemm = gemm_workload(workload)
-    if not gemm_supported(gemm, config):
-        raise ValueError(f"ic_bn={config.ic_bn} and oc_bn={config.oc_bn} are no blocks of the Winograd conv {workload}")
+    phases = _phases(workload, config, lanes, bias, residual, activation, affine_out, affine_activation)
     if pads_by_copy(gemm, config) or compact_input(gemm) is not None:  # never for a 1x1 stride-1 conv
         raise ValueError(f"the Winograd GEMM {gemm} would need scratch of its own")
-    phase_in = _phase("in", workload, config.ic_bn, lanes)
-    phase_out = _phase("out", workload, config.oc_bn, lanes, bias, residual, activation, affine_out,
-                       affine_activation)
+    for phase, phase_text in phases:  # once each: compile_shared caches by text
+        compile_shared(phase_text, [phase])
+    (phase_in, _), (phase_out, _) = phases
     text = conv2d_ir(gemm, config, name=f"{name}_gemm", lanes=lanes)
     # The GEMM's own argument block: data = V, weight = U, out = M, the rest null (kernels.conv2d.ARGS
     # and its scratch slot, unused by a 1x1 stride-1 conv).

@@ -397,19 +397,10 @@ def _compile_convs_ahead(model: Model, convs: list[tuple[Step, object, bool]]) -
     compiled: one by one they took DenseNet-121's program 9-14 s on one core of two. A kernel
     that cannot be made is left to its step, which reports it."""
     from kernels.jit import compile_ahead
-    from kernels.winograd import phase_texts
+    from kernels.winograd import compile_phases_ahead
 
-    phases = []  # the Winograd layers' transform phases first: making a kernel's text compiles its own one by one
-    for s, lc, _ in convs:
-        if (choice := _winograd_choice(model, s, lc)) is not None:
-            try:
-                phases += phase_texts(choice[0], choice[1], **choice[2])
-            except ValueError:
-                continue
-    try:
-        compile_ahead(phases)
-    except RuntimeError:  # LLVM refused one: making its kernel's text compiles it again and says so
-        pass
+    # The Winograd layers' transform phases first: making a kernel's text compiles its own one by one.
+    compile_phases_ahead(c for s, lc, _ in convs if (c := _winograd_choice(model, s, lc)) is not None)
     texts = []
     for s, lc, rows_first in convs:
         try:
