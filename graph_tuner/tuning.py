@@ -39,6 +39,7 @@ so one log carries both.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shlex
@@ -433,6 +434,23 @@ def tune_workloads(
             summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
             summaries.append(summary)
             print_fn(summary.line(i, n))
+        if time_budget is None:  # a budget's cut-short search would go on past the exchange's timings
+            t0 = time.perf_counter()
+            by_workload = {w: s for (w, _), s in zip(workloads, summaries)}
+
+            def on_exchange(w, m):
+                log.write(format_record(measurement_record(w, m, target)) + "\n")
+                log.flush()
+                by_workload[w].add(m)
+
+            ws = [w for w, _ in workloads]
+            made = exchange_siblings(
+                ws, [dict(itertools.islice(searched.get(conv_input_key(w, target), {}).items(), t))
+                     for w, t in zip(ws, per)],
+                state.counts, target, measure=measure, callback=on_exchange)
+            if made:
+                print_fn(f"siblings' fastest configs: {made} timings on the others in "
+                         f"{time.perf_counter() - t0:.1f} s")
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
         keys = transform_keys(shapes, read_records(path, skip_bad_lines=True).records, target)
@@ -562,6 +580,81 @@ def warm_start(w: Conv2DWorkload, earlier: Sequence[Conv2DWorkload], searched: d
             if seconds is not None:
                 out.append((v, _config(v, index), seconds))
     return out
+
+
+def sibling_groups(workloads: Sequence[Conv2DWorkload]) -> list[list[Conv2DWorkload]]:
+    """The ``workloads`` that are one another's :func:`siblings`, in groups of two or more, each
+    in the order given (DenseNet-121: its 1x1 convs over a growing concatenation, one group a
+    dense block).
+
+    >>> a, b, c = (Conv2DWorkload((1, ic, 14, 14), (128, ic, 1, 1)) for ic in (256, 288, 320))
+    >>> [[w.in_channels for w in g] for g in sibling_groups([a, Conv2DWorkload((1, 64, 7, 7), (64, 64, 1, 1)), c, b])]
+    [[256, 320, 288]]
+    """
+    groups: list[list[Conv2DWorkload]] = []
+    for w in workloads:
+        group = next((g for g in groups if siblings(w, g[:1])), None)
+        if group is None:
+            groups.append([w])
+        elif w not in group:
+            group.append(w)
+    return [g for g in groups if len(g) > 1]
+
+
+# Each sibling's fastest configs (by search timing) timed on the others (exchange_siblings).
+EXCHANGE_TOP = 2
+
+
+def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[dict[int, float | None]],
+                      timings: dict[str, Counter], target: str, *, measure, callback: Callable,
+                      top: int = EXCHANGE_TOP) -> int:
+    """Time each sibling group's fastest configs on every member that has not timed them.
+
+    A search starts from its earlier siblings' timings (:func:`warm_start`), so what a later
+    sibling finds never reaches the earlier ones: in DenseNet-121's znver3 log the 448-channel
+    28x28 1x1 conv's best config (ic8 oc32 ow3) ran 1.24-2.28x faster than their own bests on
+    ten of its eleven siblings, and the plan with the group's configs so exchanged ran 1.129x
+    (1.075-1.157) faster (benchmarks/README.md, session 42). Pointwise siblings share one
+    kernel text (:func:`kernels.conv2d.runtime_channels`), so this is timing, next to no
+    compiling.
+
+    ``searches``: each workload's search timings (config index -> seconds, None: failed, in
+    the order measured: only the first ``trials`` of a resumed log's are its search's, which
+    is what a caller passes); ``timings``: conv input key -> records per config index in the
+    log (a killed run's timings count: only the missing rounds are made). Each member times
+    the union of its group's ``top`` fastest configs by search timing that its own search did
+    not try and it would have (:func:`kernels.tuner.worth_trying`), in
+    :data:`kernels.tuner.CONFIRM_ROUNDS` interleaved rounds (:func:`kernels.tuner.retime`), each
+    timing passed to ``callback``. Returns the timings made.
+    """
+    from kernels.jit import host_cpu
+    from kernels.tuner import retime, tuning_space, worth_trying
+
+    lanes = host_cpu().lanes
+    search = dict(zip(workloads, searches))
+    made = 0
+    for group in sibling_groups(workloads):
+        pool: list[Conv2DConfig] = []
+        for w in group:
+            ok = sorted((s, i) for i, s in search[w].items() if s is not None)
+            pool += [_config(w, i) for _, i in ok[:top]]
+        for w in group:
+            space = tuning_space(w)
+            tried = {_config(w, i) for i in search[w]}
+            todo = [c for c in dict.fromkeys(pool) if c not in tried and _in_space(space, c)
+                    and worth_trying(w, c, measure, lanes)]
+            counts = timings.get(conv_input_key(w, target), Counter())
+            done = [counts[space.index(space.config_entity(c))] for c in todo]
+            made += len(retime(w, todo, measure=measure, callback=lambda m, w=w: callback(w, m), done=done))
+    return made
+
+
+def _in_space(space, c: Conv2DConfig) -> bool:
+    try:
+        space.index(space.config_entity(c))
+    except ValueError:
+        return False
+    return True
 
 
 def measurement_record(w: Conv2DWorkload, m, target: str) -> dict:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import random
 import time
@@ -75,8 +76,8 @@ from kernels.workload import Conv2DWorkload
 
 __all__ = [
     "KernelTimer", "MeasureError", "Measurement", "TuneResult", "fallback_config", "features",
-    "finalists", "hopeless", "max_accumulators", "prior_log_time", "supported", "transfer_pick",
-    "tune", "tuning_space",
+    "finalists", "hopeless", "max_accumulators", "prior_log_time", "supported", "timed_with_prologue",
+    "transfer_pick", "tune", "tuning_space", "worth_trying",
 ]
 
 # TVM's MeasureErrorNo codes (autotvm/measure/measure.py), written into records as error_no.
@@ -491,9 +492,7 @@ def tune(
     configs = space.configs()
     builds = getattr(measure, "builds", supported)  # a KernelTimer knows which workloads are Winograd GEMMs
     buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
-    # The cost model sees the kernel the timer builds (a KernelTimer's epilogues): with an
-    # input prologue, its rows' order differs, and its buffer must fit L1 (hopeless).
-    prologue = bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
+    prologue = timed_with_prologue(measure, workload)
     candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
@@ -526,11 +525,29 @@ def tune(
         if callback is not None:
             callback(m)
     if confirm > 0:
-        chosen = finalists(configs, seconds, confirm)
+        # The search's own timings only: configs a log holds past its first ``trials`` were timed
+        # after every search, for a sibling's sake (graph_tuner.tuning.exchange_siblings), so a
+        # rerun chooses the finalists the first run did.
+        chosen = finalists(configs, dict(itertools.islice(seconds.items(), trials)), confirm)
         done = [(retimed or {}).get(i, 0) for i in chosen]
         result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure,
                                       callback=callback, done=done)
     return result
+
+
+def timed_with_prologue(measure, workload: Conv2DWorkload) -> bool:
+    """Whether ``measure`` times ``workload`` with an input prologue (a :class:`KernelTimer`'s
+    epilogues say so): the cost model then sees the kernel's rows' order, and its buffer must
+    fit L1 (:func:`hopeless`)."""
+    return bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
+
+
+def worth_trying(workload: Conv2DWorkload, config: Conv2DConfig, measure, lanes: int) -> bool:
+    """Whether :func:`tune`'s search would try ``config`` of ``workload`` with ``measure``: it
+    builds (``measure.builds`` where it has one, else :func:`supported`) and is not
+    :func:`hopeless`."""
+    builds = getattr(measure, "builds", supported)
+    return builds(workload, config) and not hopeless(workload, config, lanes, timed_with_prologue(measure, workload))
 
 
 def finalists(configs: list[Conv2DConfig], seconds: Mapping[int, float | None],

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import tune_kill
+from graph_tuner import tuning
 from graph_tuner.records import read_records
 from graph_tuner.tuning import finalist_budget
 from kernels.tuner import CONFIRM_ROUNDS
@@ -80,7 +81,22 @@ def reference(tmp_path_factory):
     first_w2 = next(k for k, obj in enumerate(convs, 1) if obj["input"] != convs[0]["input"])
     first_w3 = next(k for k, obj in enumerate(convs, 1) if obj["input"] not in (convs[0]["input"],
                                                                               convs[first_w2 - 1]["input"]))
-    retimes = [k for k, p in enumerate(phases, 1) if p == "retime"]
+    # The last conv lines: the siblings' fastest configs timed on each other, in CONFIRM_ROUNDS
+    # rounds (graph_tuner.tuning.exchange_siblings), after every search; what a run without
+    # the exchange writes comes first.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPH_TUNER_CACHE_DIR", str(folder / "cache"))
+        mp.setattr(tuning, "exchange_siblings", lambda *a, **k: 0)
+        tune_kill.run(folder / "plain.log", measure_transform=timing)
+    plain = [line for line in (folder / "plain.log").read_text().splitlines() if "layout_transform" not in line]
+    exchange = list(range(len(plain) + 1, len(convs) + 1))
+    def same(obj) -> tuple:  # a record but for its timestamp and all_cost
+        return json.dumps(obj["input"]), obj["config"]["index"], json.dumps(obj["result"][:2])
+
+    assert [same(obj) for obj in convs[:len(plain)]] == [same(json.loads(line)) for line in plain]
+    assert len(exchange) >= CONFIRM_ROUNDS and len(exchange) % CONFIRM_ROUNDS == 0
+    assert {json.dumps(convs[k - 1]["input"]) for k in exchange} >= {json.dumps(convs[0]["input"])}
+    retimes = [k for k, p in enumerate(phases, 1) if p == "retime" and k < exchange[0]]
     assert phases[:tune_kill.TRIALS[0]] == ["search"] * tune_kill.TRIALS[0]
     # each workload: its finalists (4 for the full budget, 2 for half of it), each re-timed in 3 rounds
     assert len(retimes) == sum(finalist_budget(tune_kill.TRIALS, tune_kill.CONFIRM)) * CONFIRM_ROUNDS == 24
@@ -92,7 +108,7 @@ def reference(tmp_path_factory):
         "retime-round-2": w1_retimes[tune_kill.CONFIRM + 1], "retime-last": w1_retimes[-1],
         # dies in measurement n, n - 1 logged: 4 of the sibling's (a pair's end) or 5 (mid-pair)
         "second-workload-search": first_w2, "sibling-search-even": first_w3 + 4, "sibling-search-odd": first_w3 + 5,
-        "last-measurement": len(convs),
+        "exchange-first": exchange[0], "exchange-mid": exchange[len(exchange) // 2], "last-measurement": len(convs),
         "transform-first": 1, "transform-mid": len(transforms) // 2,
         "transform-last": len(transforms),
         "line-search": 3, "line-retime": w1_retimes[1], "line-transform": len(convs) + 2,
@@ -104,7 +120,7 @@ def reference(tmp_path_factory):
     ("measure", "search-first"), ("measure", "search-mid"), ("measure", "retime-first"),
     ("measure", "retime-round-2"), ("measure", "retime-last"),
     ("measure", "second-workload-search"), ("measure", "sibling-search-even"), ("measure", "sibling-search-odd"),
-    ("measure", "last-measurement"),
+    ("measure", "exchange-first"), ("measure", "exchange-mid"), ("measure", "last-measurement"),
     ("transform", "transform-first"), ("transform", "transform-mid"),
     ("transform", "transform-last"),
     ("line", "line-search"), ("line", "line-retime"), ("line", "line-transform"),
