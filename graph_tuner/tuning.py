@@ -437,17 +437,22 @@ def tune_workloads(
         if time_budget is None:  # a budget's cut-short search would go on past the exchange's timings
             t0 = time.perf_counter()
             by_workload = {w: s for (w, _), s in zip(workloads, summaries)}
+            bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
 
             def on_exchange(w, m):
                 log.write(format_record(measurement_record(w, m, target)) + "\n")
                 log.flush()
                 by_workload[w].add(m)
+                bar.update(1)
 
             ws = [w for w, _ in workloads]
-            made = exchange_siblings(
-                ws, [dict(itertools.islice(searched.get(conv_input_key(w, target), {}).items(), t))
-                     for w, t in zip(ws, per)],
-                state.counts, target, measure=measure, callback=on_exchange)
+            try:
+                made = exchange_siblings(
+                    ws, [dict(itertools.islice(searched.get(conv_input_key(w, target), {}).items(), t))
+                         for w, t in zip(ws, per)],
+                    state.counts, target, measure=measure, callback=on_exchange)
+            finally:
+                bar.close()
             if made:
                 print_fn(f"siblings' fastest configs: {made} timings on the others in "
                          f"{time.perf_counter() - t0:.1f} s")
