@@ -639,27 +639,28 @@ def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[di
     search = dict(zip(workloads, searches))
     made = 0
     for group in sibling_groups(workloads):
+        spaces = {w: tuning_space(w) for w in group}
         pool: list[Conv2DConfig] = []
         for w in group:
             ok = sorted((s, i) for i, s in search[w].items() if s is not None)
-            pool += [_config(w, i) for _, i in ok[:top]]
+            pool += [spaces[w].config(i) for _, i in ok[:top]]
         for w in group:
-            space = tuning_space(w)
-            tried = {_config(w, i) for i in search[w]}
-            todo = [c for c in dict.fromkeys(pool) if c not in tried and _in_space(space, c)
-                    and worth_trying(w, c, measure, lanes)]
+            tried = {spaces[w].config(i) for i in search[w]}
+            todo = {c: i for c in dict.fromkeys(pool) if c not in tried
+                    and (i := _index(spaces[w], c)) is not None and worth_trying(w, c, measure, lanes)}
             counts = timings.get(conv_input_key(w, target), Counter())
-            done = [counts[space.index(space.config_entity(c))] for c in todo]
-            made += len(retime(w, todo, measure=measure, callback=lambda m, w=w: callback(w, m), done=done))
+            made += len(retime(w, list(todo), measure=measure, callback=lambda m, w=w: callback(w, m),
+                               done=[counts[i] for i in todo.values()]))
     return made
 
 
-def _in_space(space, c: Conv2DConfig) -> bool:
+def _index(space, c: Conv2DConfig) -> int | None:
+    """``c``'s index in ``space``, None if it is not one of its configs (another workload's
+    channel block, say)."""
     try:
-        space.index(space.config_entity(c))
+        return space.index(space.config_entity(c))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def measurement_record(w: Conv2DWorkload, m, target: str) -> dict:

@@ -490,10 +490,8 @@ def tune(
     space = tuning_space(workload)
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = space.configs()
-    builds = getattr(measure, "builds", supported)  # a KernelTimer knows which workloads are Winograd GEMMs
-    buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
-    prologue = timed_with_prologue(measure, workload)
-    candidates = [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
+    buildable, candidates = _searchable(workload, configs, measure, lanes)
+    prologue = timed_with_prologue(measure, workload)  # the cost model sees the kernel the timer builds
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
     seconds: dict[int, float | None] = dict(result.previous)
@@ -501,7 +499,7 @@ def tune(
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
-    if default is not None and not builds(workload, configs[default]):
+    if default is not None and default not in buildable:
         default = None
     search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm,
                      prologue)
@@ -545,12 +543,20 @@ def timed_with_prologue(measure, workload: Conv2DWorkload) -> bool:
     return bool(getattr(measure, "epilogues", {}).get(workload, {}).get("prologue"))
 
 
-def worth_trying(workload: Conv2DWorkload, config: Conv2DConfig, measure, lanes: int) -> bool:
-    """Whether :func:`tune`'s search would try ``config`` of ``workload`` with ``measure``: it
-    builds (``measure.builds`` where it has one, else :func:`supported`) and is not
-    :func:`hopeless`."""
+def _searchable(workload: Conv2DWorkload, configs: Sequence[Conv2DConfig], measure,
+                lanes: int) -> tuple[list[int], list[int]]:
+    """Indices of the ``configs`` that build (``measure.builds`` where it has one: a
+    :class:`KernelTimer` knows which workloads are Winograd GEMMs; else :func:`supported`),
+    and of those the ones not :func:`hopeless`: what :func:`tune`'s search may try."""
     builds = getattr(measure, "builds", supported)
-    return builds(workload, config) and not hopeless(workload, config, lanes, timed_with_prologue(measure, workload))
+    buildable = [i for i, c in enumerate(configs) if builds(workload, c)]
+    prologue = timed_with_prologue(measure, workload)
+    return buildable, [i for i in buildable if not hopeless(workload, configs[i], lanes, prologue)]
+
+
+def worth_trying(workload: Conv2DWorkload, config: Conv2DConfig, measure, lanes: int) -> bool:
+    """Whether :func:`tune`'s search would try ``config`` of ``workload`` with ``measure``."""
+    return bool(_searchable(workload, [config], measure, lanes)[1])
 
 
 def finalists(configs: list[Conv2DConfig], seconds: Mapping[int, float | None],
