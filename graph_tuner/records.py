@@ -499,6 +499,14 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
     )
 
 
+# Which of graph-tuner's steps made a conv record, where that is not the kernel search (absent:
+# the search, or its finalists' re-timings). The sibling exchange (graph_tuner.tuning.
+# exchange_siblings) times configs another workload's search found: a rerun must not count
+# them as its own search's trials, at whatever --trials. TVM ignores keys it does not know.
+ORIGIN_FIELD = "graph_tuner_origin"
+EXCHANGE_ORIGIN = "sibling-exchange"
+
+
 # A tall conv's ``unroll_kw`` config has run down the columns since session 37
 # (kernels.conv2d.columns_first); before, it ran over rows, as ``unroll_kw=False`` does. Its
 # records since carry this code hash; one without it was timed over rows, and is read as the
@@ -607,6 +615,7 @@ class Logged:
     # Record.time of a successful conv measurement; None for a failed one, or one that is
     # no measurement (a time that is not finite and positive, a config of no schedule).
     time: float | None
+    exchanged: bool = False  # timed for a sibling's sake, after the searches (EXCHANGE_ORIGIN)
 
 
 def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
@@ -642,7 +651,7 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
                 key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
                 is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
                 index, time = (env["index"], None) if is_transform else _conv_read(env, obj, f"{path}:{lineno}")
-                out.append(Logged(key, index, is_transform, time))
+                out.append(Logged(key, index, is_transform, time, obj.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN))
     return out
 
 
@@ -833,12 +842,14 @@ def make_conv2d_record(
     error_no: int = 0,
     all_cost: float = 0.0,
     timestamp: float | None = None,
+    origin: str | None = None,
 ) -> dict:
     """A TVM >= 0.7 (v0.2) ``conv2d_NCHWc.x86`` / ``depthwise_conv2d_NCHWc.x86`` record.
 
     ``entity`` is a record entity list (``ConfigSpace.entity_list``) or a dict name ->
     value (lists are splits, everything else options). ``target`` is e.g.
-    ``"llvm -mcpu=sapphirerapids"``.
+    ``"llvm -mcpu=sapphirerapids"``. ``origin`` (e.g. :data:`EXCHANGE_ORIGIN`) is written as
+    :data:`ORIGIN_FIELD`.
 
     >>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
     >>> d = make_conv2d_record(w, {"tile_ic": [-1, 32], "tile_oc": [-1, 16], "tile_ow": [-1, 2],
@@ -857,8 +868,11 @@ def make_conv2d_record(
         workload.layout, workload.layout, workload.out_dtype,
     ]
     columns = bool(entity_list) and columns_first(workload, entity_config(entity_list))  # never depthwise
-    return _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp,
-                COLUMNS_CODE_HASH if columns else None)
+    out = _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp,
+               COLUMNS_CODE_HASH if columns else None)
+    if origin is not None:
+        out[ORIGIN_FIELD] = origin
+    return out
 
 
 def _entity_list(entity: Mapping[str, Any] | Sequence[Sequence]) -> list:

@@ -39,7 +39,6 @@ so one log carries both.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import shlex
@@ -54,7 +53,7 @@ from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
-from graph_tuner.records import (GZIP_MAGIC, conv_input_key, format_record, log_problem, logged_records,
+from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, conv_input_key, format_record, log_problem, logged_records,
                                  make_conv2d_record, make_transform_record, read_records, record_lines, torn_tail,
                                  transform_input_key)
 from kernels.config import Conv2DConfig
@@ -235,6 +234,9 @@ class LogState:
     # conv input key -> {config index: records of it (its search measurement + re-timings)}
     counts: dict[str, Counter] = field(default_factory=dict)
     transforms: set[str] = field(default_factory=set)  # input keys of layout-transform records
+    # conv input key -> {config index: the sibling exchange's records of it}: kept apart, so a
+    # rerun at any --trials counts only its search's own trials (exchange_siblings)
+    exchanged: dict[str, Counter] = field(default_factory=dict)
 
     def retimed(self, key: str) -> dict[int, int]:
         """Re-timings logged per config of a workload: its records after the first."""
@@ -247,6 +249,9 @@ def logged(path: str | os.PathLike, target: str) -> LogState:
     for rec in logged_records(path, target):
         if rec.is_transform:
             state.transforms.add(rec.key)
+            continue
+        if rec.exchanged:
+            state.exchanged.setdefault(rec.key, Counter())[rec.index] += 1
             continue
         runs = state.convs.setdefault(rec.key, {})
         if runs.get(rec.index) is None:  # a success beats an earlier failure of the same config
@@ -440,17 +445,15 @@ def tune_workloads(
             bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
 
             def on_exchange(w, m):
-                log.write(format_record(measurement_record(w, m, target)) + "\n")
+                log.write(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)) + "\n")
                 log.flush()
                 by_workload[w].add(m)
                 bar.update(1)
 
             ws = [w for w, _ in workloads]
             try:
-                made = exchange_siblings(
-                    ws, [dict(itertools.islice(searched.get(conv_input_key(w, target), {}).items(), t))
-                         for w, t in zip(ws, per)],
-                    state.counts, target, measure=measure, callback=on_exchange)
+                made = exchange_siblings(ws, [searched.get(conv_input_key(w, target), {}) for w in ws],
+                                         state.exchanged, target, measure=measure, callback=on_exchange)
             finally:
                 bar.close()
             if made:
@@ -623,10 +626,12 @@ def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[di
     kernel text (:func:`kernels.conv2d.runtime_channels`), so this is timing, next to no
     compiling.
 
-    ``searches``: each workload's search timings (config index -> seconds, None: failed, in
-    the order measured: only the first ``trials`` of a resumed log's are its search's, which
-    is what a caller passes); ``timings``: conv input key -> records per config index in the
-    log (a killed run's timings count: only the missing rounds are made). Each member times
+    ``searches``: each workload's search timings (config index -> seconds, None: failed);
+    ``timings``: conv input key -> the exchange's records per config index in the log (a
+    killed run's count: only the missing rounds are made). The exchange's records are marked
+    (:data:`graph_tuner.records.EXCHANGE_ORIGIN`) and a log's reader keeps them apart
+    (:attr:`LogState.exchanged`), so a rerun at any ``--trials`` neither counts them as its
+    search's trials nor times them again. Each member times
     the union of its group's ``top`` fastest configs by search timing that its own search did
     not try and it would have (:func:`kernels.tuner.worth_trying`), in
     :data:`kernels.tuner.CONFIRM_ROUNDS` interleaved rounds (:func:`kernels.tuner.retime`), each
@@ -663,11 +668,12 @@ def _index(space, c: Conv2DConfig) -> int | None:
         return None
 
 
-def measurement_record(w: Conv2DWorkload, m, target: str) -> dict:
+def measurement_record(w: Conv2DWorkload, m, target: str, origin: str | None = None) -> dict:
     """The v0.2 record of one :class:`kernels.tuner.Measurement` of ``w`` on ``target``
-    (a failed one costs TVM's ``[1e9]`` and carries its ``error_no``)."""
+    (a failed one costs TVM's ``[1e9]`` and carries its ``error_no``; ``origin``: see
+    :data:`graph_tuner.records.ORIGIN_FIELD`)."""
     return make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
-                              error_no=m.error_no, all_cost=m.elapsed)
+                              error_no=m.error_no, all_cost=m.elapsed, origin=origin)
 
 
 def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import itertools
 import math
 import random
 import time
@@ -523,13 +522,10 @@ def tune(
         if callback is not None:
             callback(m)
     if confirm > 0:
-        # The search's own timings only: configs a log holds past its first ``trials`` were timed
-        # after every search, for a sibling's sake (graph_tuner.tuning.exchange_siblings), so a
-        # rerun chooses the finalists the first run did. That holds for a rerun at the same
-        # ``trials``; at more, the exchanged configs count as search trials, at fewer, the
-        # finalists come from the shorter prefix and are re-timed (more timings, nothing lost):
-        # the records do not say which timings the exchange made (session 42's review).
-        chosen = finalists(configs, dict(itertools.islice(seconds.items(), trials)), confirm)
+        # Over every search timing, a resumed log's past ``trials`` too: a rerun at fewer trials
+        # then re-times nothing its first run did. (Configs timed for a sibling's sake are not
+        # search timings: the log marks them and graph_tuner.tuning keeps them out of ``measured``.)
+        chosen = finalists(configs, seconds, confirm)
         done = [(retimed or {}).get(i, 0) for i in chosen]
         result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure,
                                       callback=callback, done=done)

@@ -21,7 +21,7 @@ import pytest
 
 import tune_kill
 from graph_tuner import tuning
-from graph_tuner.records import read_records
+from graph_tuner.records import EXCHANGE_ORIGIN, ORIGIN_FIELD, read_records
 from graph_tuner.tuning import finalist_budget
 from kernels.tuner import CONFIRM_ROUNDS
 
@@ -95,6 +95,9 @@ def reference(tmp_path_factory):
 
     assert [same(obj) for obj in convs[:len(plain)]] == [same(json.loads(line)) for line in plain]
     assert len(exchange) >= CONFIRM_ROUNDS and len(exchange) % CONFIRM_ROUNDS == 0
+    # the exchange's records say so (a rerun keeps them out of its search), no other does
+    marked = [k for k, obj in enumerate(convs, 1) if obj.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN]
+    assert marked == exchange
     assert {json.dumps(convs[k - 1]["input"]) for k in exchange} >= {json.dumps(convs[0]["input"])}
     retimes = [k for k, p in enumerate(phases, 1) if p == "retime" and k < exchange[0]]
     assert phases[:tune_kill.TRIALS[0]] == ["search"] * tune_kill.TRIALS[0]
@@ -160,3 +163,22 @@ def test_rerun_after_two_kills_in_the_same_phase(reference, tmp_path, monkeypatc
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(cache))
     tune_kill.run(log)
     assert log_content(log) == expected
+
+
+def test_a_rerun_at_other_trials_takes_no_exchanged_timing_for_its_search(tmp_path, monkeypatch):
+    """The exchange's records are not search trials: a rerun at fewer trials finds all it
+    needs in the log, and one at more makes exactly the extra search trials on every
+    workload (the first workload's exchanged config is the fastest of its log)."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    tune_kill.run(log)
+    text = log.read_text()
+
+    def rerun(trials, measure=tune_kill.conv_seconds, measure_transform=tune_kill.transform_seconds):
+        return tuning.tune_workloads(tune_kill.WORKLOADS, log, trials=trials, confirm=tune_kill.CONFIRM,
+                                     measure=measure, measure_transform=measure_transform, progress=False)
+
+    rerun([t - 4 for t in tune_kill.TRIALS], measure=lambda w, c: 1 / 0, measure_transform=lambda key: 1 / 0)
+    assert log.read_text() == text
+    summaries = rerun([t + 2 for t in tune_kill.TRIALS])
+    assert [s.new for s in summaries] == [2, 2, 2]
