@@ -22,6 +22,10 @@ rerun resumes from the log), so records already sent are kept and their configs 
 measured again. The writer also refuses a second search record of a config and more
 re-timings than :data:`kernels.tuner.CONFIRM_ROUNDS`, whatever arrives.
 
+Once a CPU's searches are done, its sibling groups time each other's fastest configs (one
+job per group: :func:`graph_tuner.tuning.exchange_siblings`, as a local ``tune`` does; the
+records marked, their counts kept apart); then its layout transforms are measured.
+
 CPUs: ``-o DIR/`` writes one log per CPU, ``DIR/<cpu>/MODEL.log`` (the layout of
 ``data/``), each workload tuned once per CPU type by the workers of that CPU. With one
 ``-o LOG``, the workers whose CPU differs from the first worker's are left out, named in
@@ -47,8 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from graph_tuner.cluster_jobs import (ConvJob, JobReport, TransformJob, describe_worker, probe_worker, run_conv_job,
-                                      run_transform_job, transform_key, worker_label)
+from graph_tuner.cluster_jobs import (ConvJob, ExchangeJob, JobReport, TransformJob, describe_worker, probe_worker,
+                                      run_conv_job, run_exchange_job, run_transform_job, transform_key, worker_label)
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import conv_input_key, transform_input_key
 from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, finalist_budget, logged, prepare_log,
@@ -87,7 +91,9 @@ class Group:
     path: Path
     workers: list[WorkerInfo]
     state: LogState = field(default_factory=LogState)
-    pending: int = 0  # conv jobs not yet finished; then its transform jobs
+    pending: int = 0  # conv jobs not yet finished; then its exchange jobs, then its transform jobs
+    exchange_sent: bool = False
+    exchanged: int = 0  # timings the sibling exchange added
     transforms_sent: bool = False
     transforms_needed: int = 0  # a plan could need
     transforms_used: int = 0  # by the best plan and the baselines
@@ -132,12 +138,13 @@ class ClusterResult:
         for address, rs in sorted(by.items()):
             r0 = rs[0]
             done = [str(i) for i in sorted(r.index for r in rs if r.summary)]
-            transforms = sum(r.transforms for r in rs)
+            transforms, exchanged = sum(r.transforms for r in rs), sum(r.exchanged for r in rs)
             before, after = probes.get(address), self.probes_after.get(address)
             probe = (f"; one-thread conv {_gflops(before)} GFLOP/s at the start, {_gflops(after)} at the end"
                      if before or after else "")
             lines.append(f"{r0.label} (host {r0.host}, {r0.cpu}, {r0.threads} threads): "
                          f"workloads {' '.join(done) or '-'} ({len(done)}), {transforms} transforms, "
+                         + (f"{exchanged} siblings' configs, " if exchanged else "") +
                          f"{sum(r.seconds for r in rs):.1f} s measuring{probe}")
         return lines
 
@@ -284,19 +291,29 @@ class _Writer:
             group.transform_seconds[(shape, a, b)] = seconds
             group.state.transforms.add(key)
             group.transforms_added += 1
+        elif isinstance(job, ExchangeJob):
+            counts = group.state.exchanged.setdefault(msg["key"], Counter())
+            if counts[msg["index"]] >= CONFIRM_ROUNDS:
+                return True  # logged already: sent by a worker that died, then by its replacement
+            counts[msg["index"]] += 1
+            group.exchanged += 1
+            line = msg["line"]
         else:
-            counts = group.state.counts.setdefault(conv_input_key(job.workload, job.target), Counter())
+            key = conv_input_key(job.workload, job.target)
+            counts = group.state.counts.setdefault(key, Counter())
             index, retiming = msg["index"], msg["confirmation"]
             if retiming and counts[index] == 0:
                 return False
             if counts[index] >= (1 + CONFIRM_ROUNDS if retiming else 1):
                 return True  # logged already: sent by a worker that died, then by its replacement
             counts[index] += 1
+            if not retiming:  # the search's timings, which the exchange starts from
+                group.state.convs.setdefault(key, {})[index] = msg["seconds"]
             line = msg["line"]
         f = self.files[group.cpu]
         f.write(line + "\n")
         f.flush()
-        if not (isinstance(job, ConvJob) and msg["confirmation"]):
+        if not (isinstance(job, (ConvJob, ExchangeJob)) and msg["confirmation"]):
             self.counted[job.topic] += 1
             self.bar.update(1)
         return True
@@ -349,6 +366,27 @@ class _Run:
                 futures.append(self.submit(job, g, run_conv_job, priority=float(w.flops)))
         self.bar.refresh()
         return futures
+
+    def exchange(self, group: Group, workloads: Sequence, epilogues: dict, winograd: dict) -> None:
+        """Once the group's searches are done: each sibling group's fastest configs timed on
+        the members that never tried them (:func:`graph_tuner.tuning.exchange_siblings`, as a
+        local ``tune`` does), one job per sibling group, spread over the group's machines;
+        waits for their records. A cluster's siblings search side by side, none starting
+        from another's timings, so what one finds reaches the others only here."""
+        from graph_tuner.tuning import sibling_groups
+
+        futures = []
+        for members in sibling_groups([w for w, _ in workloads]):
+            keys = [conv_input_key(w, group.target) for w in members]
+            job = ExchangeJob(f"graph-tuner-{self.run_id}-{group.cpu}-x{len(self.jobs)}", group.target, members,
+                              [dict(group.state.convs.get(k, {})) for k in keys],
+                              {k: dict(group.state.exchanged.get(k, {})) for k in keys},
+                              {w: dict(epilogues[w]) for w in members if w in epilogues},
+                              {w: winograd[w] for w in members if w in winograd}, self.measure)
+            group.pending += 1
+            futures.append(self.submit(job, group, run_exchange_job, priority=float(sum(w.flops for w in members))))
+        for future in futures:
+            self.finish(future)
 
     def measure_transforms(self, group: Group, model, top_k: int) -> None:
         """The transforms the best plan and the baselines use, measured on the group's
@@ -437,6 +475,8 @@ def _what(job) -> str:
         from graph_tuner.candidates import describe
 
         return f"workload {job.index}/{job.total} {describe(job.workload)}"
+    if isinstance(job, ExchangeJob):
+        return f"the exchange of {len(job.workloads)} siblings' fastest configs"
     return f"a batch of {len(job.keys)} layout transforms"
 
 
@@ -516,6 +556,12 @@ def tune_on_cluster(
                                                 confirm=confirm, winograd=winograd.convs_of(m)), loop=client.loop)
         for future in pending:
             group = run.finish(future)
+            if group.pending == 0 and time_budget is None and not group.exchange_sent:
+                # a budget's cut-short searches would go on past the exchange's timings (as locally)
+                group.exchange_sent = True
+                run.exchange(group, workloads, epilogues, winograd.convs_of(m))
+                if group.exchanged:
+                    emit(f"siblings' fastest configs ({group.cpu}): {group.exchanged} timings on the others")
             if group.pending == 0 and transforms and not group.transforms_sent:
                 group.transforms_sent = True
                 run.measure_transforms(group, m, top_k)

@@ -50,6 +50,21 @@ class TransformJob:
     measure: Callable | None = None  # kernels.transform_bench.measure_transforms' measure_one
 
 
+@dataclass(frozen=True)
+class ExchangeJob:
+    """A group of siblings to time each other's fastest configs on one CPU
+    (:func:`graph_tuner.tuning.exchange_siblings`), once their searches are done."""
+
+    topic: str
+    target: str
+    workloads: list  # the group's kernels.workload.Conv2DWorkload, in the model's order
+    searches: list  # per workload: config index -> search seconds (None: failed)
+    exchanged: dict  # conv input key -> {config index: the exchange's records in the log}
+    epilogues: dict  # workload -> build_conv2d's fused-epilogue arguments
+    winograd: dict  # GEMM workload -> the conv it is timed as
+    measure: Callable | None = None
+
+
 @dataclass
 class JobReport:
     """What a worker returns for a job (its records went as events)."""
@@ -62,6 +77,7 @@ class JobReport:
     seconds: float  # the job's time on the worker, less the time spent sending records
     summary: WorkloadSummary | None = None  # conv jobs
     transforms: int = 0  # transform jobs: timings sent
+    exchanged: int = 0  # exchange jobs: timings sent
     received: float = 0.0  # time.time() on the client when the result arrived
     index: int = 0  # conv jobs: the workload's number (set by the client)
 
@@ -167,6 +183,31 @@ def run_conv_job(job: ConvJob) -> JobReport:
          callback=on_measure, confirm=job.confirm, retimed=dict(retimed))
     summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
     return _report(stream, started, t0, summary=summary)
+
+
+def run_exchange_job(job: ExchangeJob) -> JobReport:
+    """Run on a worker: time a sibling group's fastest configs on the members that never
+    tried them, each record (marked :data:`graph_tuner.records.EXCHANGE_ORIGIN`) sent as it
+    is measured; what the log and earlier attempts hold is not timed again."""
+    from graph_tuner.records import EXCHANGE_ORIGIN, conv_input_key, format_record
+    from graph_tuner.tuning import exchange_siblings
+    from kernels.tuner import KernelTimer
+
+    started, t0 = time.time(), time.perf_counter()
+    _check_cpu(job.target)
+    stream = _Stream(job.topic)
+    exchanged = {key: Counter(counts) for key, counts in job.exchanged.items()}
+    for msg in stream.earlier:
+        exchanged.setdefault(msg["key"], Counter())[msg["index"]] += 1
+    measure = job.measure or KernelTimer(epilogues=job.epilogues, winograd=job.winograd or None)
+
+    def send(w, m) -> None:
+        line = format_record(measurement_record(w, m, job.target, origin=EXCHANGE_ORIGIN))
+        stream.send({"line": line, "key": conv_input_key(w, job.target), "index": m.index,
+                     "seconds": m.seconds if m.ok else None, "confirmation": True, "exchange": True})
+
+    made = exchange_siblings(job.workloads, job.searches, exchanged, job.target, measure=measure, callback=send)
+    return _report(stream, started, t0, exchanged=made)
 
 
 def run_transform_job(job: TransformJob) -> JobReport:

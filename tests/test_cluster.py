@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from tiny_model import write_tiny_onnx
+from tiny_model import write_siblings_onnx, write_tiny_onnx
 from graph_tuner import cluster as cl
 from graph_tuner.tune_api import tune
 from graph_tuner.cli import main
 from graph_tuner.loading import load_model
-from graph_tuner.tuning import model_timer
+from graph_tuner.records import EXCHANGE_ORIGIN, ORIGIN_FIELD, conv_input_key
+from graph_tuner.tuning import exchange_siblings, host_target, logged, model_timer, model_workloads
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
 
@@ -222,3 +223,76 @@ def test_one_log_per_cpu_or_the_first_workers_cpu_only():
     assert (group.cpu, group.path, group.hosts) == ("znver3", Path("r.log"), ["a", "c"])
     assert note.startswith("left out 1 worker whose CPU is not znver3") and "b:1 (znver4)" in note
     assert cl.shared_hosts(workers) == [] and cl.shared_hosts(workers + workers[:1]) == ["a"]
+
+
+def landscape(workload, config) -> float:
+    """Made-up times, the same on every run: the 16-channel sibling's best blocks differ from
+    the 8-channel one's, so each searches configs the other does not."""
+    best_ow = 2 if workload.in_channels == 16 else 3
+    return 1e-5 * (1 + abs(config.ow_bn - best_ow) + abs(config.oc_bn - 4) / 4 + (config.ic_bn == 1))
+
+
+class DieIn:
+    """``measure``, but the first process to make its ``n``-th timing of one of ``pairs``
+    ((input channels, config) it is the only one to time) is SIGKILLed there, once per
+    ``marker``."""
+
+    def __init__(self, measure, pairs: set, marker: str, n: int):
+        self.measure, self.pairs, self.marker, self.n, self.calls = measure, pairs, marker, n, 0
+
+    def __call__(self, workload, config):
+        if (workload.in_channels, config) in self.pairs:
+            self.calls += 1
+            if self.calls == self.n:
+                try:
+                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    pass
+                else:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        return self.measure(workload, config)
+
+
+def marked(log: Path) -> Counter:
+    """The sibling exchange's records per (input channels, config index)."""
+    objs = [json.loads(line) for line in log.read_text().splitlines()]
+    return Counter((o["input"][2][0][1][1], o["config"]["index"]) for o in objs
+                   if o.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN)
+
+
+def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path):
+    """After the searches, a CPU's siblings time each other's fastest configs (as a local
+    tune does: graph_tuner.tuning.exchange_siblings), records marked; a rerun adds nothing,
+    and a worker killed in the exchange loses nothing."""
+    cluster = setup[0]
+    model = write_siblings_onnx(tmp_path / "siblings.onnx")
+    args = dict(trials=6, cluster=cluster.scheduler_address, progress=False, transforms=False)
+    log = tmp_path / "x.log"
+    lines: list[str] = []
+    tune(model, log, measure=landscape, print_fn=lines.append, **args)
+    target = host_target()
+    ws = [w for w, _ in model_workloads(load_model(model))]
+    state = logged(log, target)
+    expected: Counter = Counter()
+    exchange_siblings(ws, [state.convs[conv_input_key(w, target)] for w in ws], {}, target, measure=landscape,
+                      callback=lambda w, m: expected.update([(w.in_channels, m.index)]))
+    assert expected and set(expected.values()) == {3}  # each exchanged config timed in 3 rounds
+    got = marked(log)
+    assert got == expected
+    assert any(f"siblings' fastest configs ({host_cpu().name}): {sum(expected.values())} timings" in line
+               for line in lines)
+    text = log.read_text()
+    tune(model, log, measure=landscape, **args)
+    assert log.read_text() == text  # a rerun: nothing left to do
+
+    marker, killed = tmp_path / "killed", tmp_path / "killed.log"
+    pairs = {(ic, tuning_config(w, index)) for (ic, index) in expected for w in ws if w.in_channels == ic}
+    tune(model, killed, measure=DieIn(landscape, pairs, str(marker), 2), **args)
+    assert marker.exists()  # a worker died in the exchange, its job ran again elsewhere
+    assert content(killed)[0] == content(log)[0] and marked(killed) == got
+
+
+def tuning_config(w, index: int):
+    from kernels.tuner import tuning_space
+
+    return tuning_space(w).config(index)
