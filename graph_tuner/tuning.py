@@ -440,31 +440,38 @@ def tune_workloads(
             summaries.append(summary)
             print_fn(summary.line(i, n))
         if time_budget is None:  # a budget's cut-short search would go on past the exchange's timings
-            t0 = time.perf_counter()
-            by_workload = {w: s for (w, _), s in zip(workloads, summaries)}
-            bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
-
-            def on_exchange(w, m):
-                log.write(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)) + "\n")
-                log.flush()
-                by_workload[w].add(m)
-                bar.update(1)
-
-            ws = [w for w, _ in workloads]
-            try:
-                made = exchange_siblings(ws, [searched.get(conv_input_key(w, target), {}) for w in ws],
-                                         state.exchanged, target, measure=measure, callback=on_exchange)
-            finally:
-                bar.close()
-            if made:
-                print_fn(f"siblings' fastest configs: {made} timings on the others in "
-                         f"{time.perf_counter() - t0:.1f} s")
+            _log_exchange(log, dict(zip((w for w, _ in workloads), summaries)), searched, state, target,
+                          measure=measure, progress=progress, print_fn=print_fn)
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
         keys = transform_keys(shapes, read_records(path, skip_bad_lines=True).records, target)
         added = append_transforms(path, keys, target, progress=progress, measure=measure_transform)
         print_fn(f"layout transforms: {len(keys)} needed, {added} new records")
     return summaries
+
+
+def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searched: dict[str, dict[int, float | None]],
+                  state: LogState, target: str, *, measure, progress: bool, print_fn: Callable) -> None:
+    """:func:`exchange_siblings` after every search of :func:`tune_workloads`: each timing
+    appended to ``log`` (marked) and flushed, and counted in its workload's summary."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
+
+    def on_exchange(w, m):
+        log.write(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)) + "\n")
+        log.flush()
+        summaries[w].add(m)
+        bar.update(1)
+
+    try:
+        made = exchange_siblings(list(summaries), [searched.get(conv_input_key(w, target), {}) for w in summaries],
+                                 state.exchanged, target, measure=measure, callback=on_exchange)
+    finally:
+        bar.close()
+    if made:
+        print_fn(f"siblings' fastest configs: {made} timings on the others in {time.perf_counter() - t0:.1f} s")
 
 
 def retime_workloads(
