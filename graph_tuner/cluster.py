@@ -56,7 +56,7 @@ from graph_tuner.cluster_jobs import (ConvJob, ExchangeJob, JobReport, Transform
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import conv_input_key, transform_input_key
 from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, finalist_budget, logged, prepare_log,
-                                transforms_to_measure)
+                                sibling_groups, transforms_to_measure)
 
 # Seconds to reach the scheduler before giving up: a typo in --cluster must not hang for
 # Dask's default of 30 s.
@@ -359,7 +359,8 @@ class _Run:
                 measured = g.state.convs.get(key, {})
                 job = ConvJob(f"graph-tuner-{self.run_id}-{g.cpu}-{i}", i, len(workloads), w, count, g.target,
                               n_trials, budget, finalists, dict(measured), g.state.retimed(key),
-                              dict(epilogues.get(w, {})), self.measure, (winograd or {}).get(w))
+                              dict(epilogues.get(w, {})), self.measure, (winograd or {}).get(w),
+                              frozenset(g.state.exchanged.get(key, {})))
                 self.bar.total += max(0, n_trials - len(measured))
                 g.pending += 1
                 # The largest first: the run then ends with small ones filling the machines.
@@ -373,8 +374,6 @@ class _Run:
         local ``tune`` does), one job per sibling group, spread over the group's machines;
         waits for their records. A cluster's siblings search side by side, none starting
         from another's timings, so what one finds reaches the others only here."""
-        from graph_tuner.tuning import sibling_groups
-
         futures = []
         for members in sibling_groups([w for w, _ in workloads]):
             keys = [conv_input_key(w, group.target) for w in members]

@@ -38,6 +38,7 @@ class ConvJob:
     epilogue: dict  # build_conv2d's fused-epilogue arguments (graph_tuner.tuning.workload_epilogues)
     measure: Callable | None = None  # the tuner's measure (default: KernelTimer with the epilogue)
     winograd_of: Any = None  # the conv workload a Winograd GEMM workload is timed as (graph_tuner.winograd)
+    skip: frozenset = frozenset()  # config indices the sibling exchange timed (kernels.tuner.tune's skip)
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def run_conv_job(job: ConvJob) -> JobReport:
 
     load = OtherLoad().start()
     tune(job.workload, trials=job.trials, time_budget=job.time_budget, measure=measure, measured=measured,
-         callback=on_measure, confirm=job.confirm, retimed=dict(retimed))
+         callback=on_measure, confirm=job.confirm, retimed=dict(retimed), skip=job.skip)
     summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
     return _report(stream, started, t0, summary=summary)
 

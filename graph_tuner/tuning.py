@@ -53,9 +53,9 @@ from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
-from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, conv_input_key, format_record, log_problem, logged_records,
-                                 make_conv2d_record, make_transform_record, read_records, record_lines, torn_tail,
-                                 transform_input_key)
+from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, ORIGIN_FIELD, conv_input_key, format_record, log_problem,
+                                 logged_records, make_conv2d_record, make_transform_record, read_records, record_lines,
+                                 torn_tail, transform_input_key)
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config
 from kernels.workload import Conv2DWorkload
@@ -432,7 +432,7 @@ def tune_workloads(
             t0, load = time.perf_counter(), OtherLoad().start()
             try:
                 tune(w, trials=trials, time_budget=budget, measure=measure, measured=previous, callback=on_measure,
-                     confirm=confirm, retimed=state.retimed(key),
+                     confirm=confirm, retimed=state.retimed(key), skip=state.exchanged.get(key, {}).keys(),
                      warm=warm_start(w, [v for v, _ in workloads[:i - 1]], searched, target))
             finally:
                 bar.close()
@@ -541,10 +541,16 @@ def retime_workloads(
 
     replaced = {ident(w, m.entity) for w, ms in timings for m in ms}
     # Every line but the replaced records is kept as it is.
-    kept = [line for line, rec in record_lines(path)
+    lines = record_lines(path)
+    kept = [line for line, rec in lines
             if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced]
+    # A config only the sibling exchange timed stays the exchange's: a rerun must not take it
+    # for a search trial.
+    searched = {ident(rec.workload, rec.entity) for _, rec in lines
+                if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN}
     for w, ms in timings:
-        kept += [format_record(measurement_record(w, m, target)) for m in ms]
+        kept += [format_record(measurement_record(w, m, target, origin=None if ident(w, m.entity) in searched
+                                                  else EXCHANGE_ORIGIN)) for m in ms]
     atomic_write_text(path, "\n".join(kept) + "\n")
     return len(replaced)
 
@@ -638,7 +644,8 @@ def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[di
     killed run's count: only the missing rounds are made). The exchange's records are marked
     (:data:`graph_tuner.records.EXCHANGE_ORIGIN`) and a log's reader keeps them apart
     (:attr:`LogState.exchanged`), so a rerun at any ``--trials`` neither counts them as its
-    search's trials nor times them again. Each member times
+    search's trials nor times them again (its search skips them: ``kernels.tuner.tune``'s
+    ``skip``). Each member times
     the union of its group's ``top`` fastest configs by search timing that its own search did
     not try and it would have (:func:`kernels.tuner.worth_trying`), in
     :data:`kernels.tuner.CONFIRM_ROUNDS` interleaved rounds (:func:`kernels.tuner.retime`), each

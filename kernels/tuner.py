@@ -61,7 +61,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -450,6 +450,7 @@ def tune(
     confirm: int = 0,
     retimed: Mapping[int, int] | None = None,
     warm: Sequence[tuple[Conv2DWorkload, Conv2DConfig, float]] = (),
+    skip: Collection[int] = (),
 ) -> TuneResult:
     """Search ``workload``'s config space; see the module doc for the order.
 
@@ -476,6 +477,10 @@ def tune(
     same conv but for its input channels, say). Scaled by FLOPs, they join the cost model's
     data from the first pick, so a short search starts where theirs ended (transfer
     learning, as AutoTVM's XGBoost tuner across tasks). Picks then depend on them too.
+
+    ``skip``: config indices timed already but not by a search (a sibling's configs, timed
+    after every search: ``graph_tuner.tuning.exchange_siblings``): a longer rerun's search
+    does not try them again, and they count toward no trial.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -490,6 +495,8 @@ def tune(
     result = TuneResult(workload, space, previous=dict(measured or {}))
     configs = space.configs()
     buildable, candidates = _searchable(workload, configs, measure, lanes)
+    skip = set(skip)
+    candidates = [i for i in candidates if i not in skip]
     prologue = timed_with_prologue(measure, workload)  # the cost model sees the kernel the timer builds
     result.unsupported = len(space) - len(buildable)
     result.hopeless = len(buildable) - len(candidates)
@@ -498,7 +505,7 @@ def tune(
         default: int | None = space.index(space.config_entity(fallback_config(workload, lanes)))
     except ValueError:  # a fallback outside AutoTVM's own space (odd shapes): nothing to pin
         default = None
-    if default is not None and default not in buildable:
+    if default is not None and (default not in buildable or default in skip):
         default = None
     search = _Search(workload, configs, candidates, seconds, trials, lanes, min_pairs, epsilon, seed, default, warm,
                      prologue)
@@ -524,7 +531,8 @@ def tune(
     if confirm > 0:
         # Over every search timing, a resumed log's past ``trials`` too: a rerun at fewer trials
         # then re-times nothing its first run did. (Configs timed for a sibling's sake are not
-        # search timings: the log marks them and graph_tuner.tuning keeps them out of ``measured``.)
+        # search timings: the log marks them, graph_tuner.tuning keeps them out of ``measured``
+        # and passes them as ``skip``, so none is searched or re-timed as a finalist again.)
         chosen = finalists(configs, seconds, confirm)
         done = [(retimed or {}).get(i, 0) for i in chosen]
         result.confirmations = retime(workload, [configs[i] for i in chosen], measure=measure,

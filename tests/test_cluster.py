@@ -226,10 +226,10 @@ def test_one_log_per_cpu_or_the_first_workers_cpu_only():
 
 
 def landscape(workload, config) -> float:
-    """Made-up times, the same on every run: the 16-channel sibling's best blocks differ from
-    the 8-channel one's, so each searches configs the other does not."""
-    best_ow = 2 if workload.in_channels == 16 else 3
-    return 1e-5 * (1 + abs(config.ow_bn - best_ow) + abs(config.oc_bn - 4) / 4 + (config.ic_bn == 1))
+    """Made-up times, the same on every run: the siblings' best blocks differ, so at 8 trials
+    each finds fast configs the other never tries (2 each way)."""
+    best_ow, best_oc = (2, 8) if workload.in_channels == 16 else (3, 4)
+    return 1e-5 * (1 + abs(config.ow_bn - best_ow) + abs(config.oc_bn - best_oc) / 4 + (config.ic_bn == 1))
 
 
 class DieIn:
@@ -243,6 +243,8 @@ class DieIn:
     def __call__(self, workload, config):
         if (workload.in_channels, config) in self.pairs:
             self.calls += 1
+            with open(self.marker + ".calls", "a") as f:
+                f.write(f"{os.getpid()}\n")
             if self.calls == self.n:
                 try:
                     os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
@@ -266,7 +268,7 @@ def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path)
     and a worker killed in the exchange loses nothing."""
     cluster = setup[0]
     model = write_siblings_onnx(tmp_path / "siblings.onnx")
-    args = dict(trials=6, cluster=cluster.scheduler_address, progress=False, transforms=False)
+    args = dict(trials=8, cluster=cluster.scheduler_address, progress=False, transforms=False)
     log = tmp_path / "x.log"
     lines: list[str] = []
     tune(model, log, measure=landscape, print_fn=lines.append, **args)
@@ -276,20 +278,25 @@ def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path)
     expected: Counter = Counter()
     exchange_siblings(ws, [state.convs[conv_input_key(w, target)] for w in ws], {}, target, measure=landscape,
                       callback=lambda w, m: expected.update([(w.in_channels, m.index)]))
-    assert expected and set(expected.values()) == {3}  # each exchanged config timed in 3 rounds
+    assert set(expected.values()) == {3}  # each exchanged config timed in 3 rounds
+    assert {ic for ic, _ in expected} == {8, 16}  # both ways
     got = marked(log)
     assert got == expected
     assert any(f"siblings' fastest configs ({host_cpu().name}): {sum(expected.values())} timings" in line
                for line in lines)
     text = log.read_text()
-    tune(model, log, measure=landscape, **args)
-    assert log.read_text() == text  # a rerun: nothing left to do
+    again = tune(model, log, measure=landscape, **args)
+    assert log.read_text() == text  # a rerun: nothing left to do, nothing timed on the workers either
+    assert sum(r.exchanged for r in again.reports) == 0
 
     marker, killed = tmp_path / "killed", tmp_path / "killed.log"
     pairs = {(ic, tuning_config(w, index)) for (ic, index) in expected for w in ws if w.in_channels == ic}
     tune(model, killed, measure=DieIn(landscape, pairs, str(marker), 2), **args)
     assert marker.exists()  # a worker died in the exchange, its job ran again elsewhere
     assert content(killed)[0] == content(log)[0] and marked(killed) == got
+    # each exchange timing made once, plus the one the kill cut short: the retry resumed
+    # from what the dead worker had sent
+    assert len(Path(f"{marker}.calls").read_text().splitlines()) == sum(expected.values()) + 1
 
 
 def tuning_config(w, index: int):

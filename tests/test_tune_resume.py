@@ -182,3 +182,35 @@ def test_a_rerun_at_other_trials_takes_no_exchanged_timing_for_its_search(tmp_pa
     assert log.read_text() == text
     summaries = rerun([t + 2 for t in tune_kill.TRIALS])
     assert [s.new for s in summaries] == [2, 2, 2]
+    # Far longer: the search skips the exchanged configs (it would reach them) and re-times
+    # none of them as a finalist; their 3 marked records stay all they have.
+    rerun([t + 60 for t in tune_kill.TRIALS])
+    records = Counter()
+    for obj in map(json.loads, log.read_text().splitlines()):
+        if obj["input"][1] != "layout_transform":
+            records[json.dumps(obj["input"]), obj["config"]["index"], obj.get(ORIGIN_FIELD)] += 1
+    exchanged = {(inp, i) for inp, i, origin in records if origin == EXCHANGE_ORIGIN}
+    assert exchanged and all(records[inp, i, None] == 0 for inp, i in exchanged)
+    assert all(records[inp, i, EXCHANGE_ORIGIN] == CONFIRM_ROUNDS for inp, i in exchanged)
+
+
+def test_retime_keeps_the_exchange_records_marked(tmp_path, monkeypatch):
+    """`tune --retime` replaces the finalists' records; an exchanged config's new ones stay
+    marked, so a later tune still does not take it for a search trial."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "t.log"
+    tune_kill.run(log)
+    marked = lambda: sorted((json.dumps(o["input"]), o["config"]["index"])  # noqa: E731
+                            for o in map(json.loads, log.read_text().splitlines()) if o.get(ORIGIN_FIELD))
+    before = marked()
+    assert before
+    tuning.retime_workloads(tune_kill.WORKLOADS, log, measure=tune_kill.conv_seconds, confirm=tune_kill.CONFIRM,
+                            progress=False)
+    assert marked() == before
+    lines = log.read_text().splitlines()
+    tune_kill.run(log, measure=lambda w, c: 1 / 0, measure_transform=lambda key: 1 / 0)
+    # (it re-times the re-timed finalists once more: a search config's 3 records read as its
+    # search timing and 2 re-timings; never one of the exchanged configs)
+    added = [json.loads(line) for line in log.read_text().splitlines()[len(lines):]]
+    assert not {(json.dumps(o["input"]), o["config"]["index"]) for o in added} & set(before)
+    assert marked() == before
