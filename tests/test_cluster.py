@@ -113,12 +113,15 @@ def test_one_log_leaves_out_the_workers_of_another_cpu_named_in_one_line(setup, 
 class DieOnce:
     """The tuner's measure, but the first worker process to reach its ``n``-th measurement
     is SIGKILLed there (no cleanup, as an OOM kill or a pulled plug), once per ``marker``.
-    Every call, in any process, appends a line to ``marker.calls``."""
+    Every call, in any process, appends a line to ``marker.calls``. With ``pairs``, only the
+    calls for those (input channels, config) count."""
 
-    def __init__(self, timer, marker: str, n: int):
-        self.timer, self.marker, self.n, self.calls = timer, marker, n, 0
+    def __init__(self, timer, marker: str, n: int, pairs: set | None = None):
+        self.timer, self.marker, self.n, self.calls, self.pairs = timer, marker, n, 0, pairs
 
     def __call__(self, workload, config):
+        if self.pairs is not None and (workload.in_channels, config) not in self.pairs:
+            return self.timer(workload, config)
         self.calls += 1
         with open(self.marker + ".calls", "a") as f:
             f.write(f"{os.getpid()}\n")
@@ -232,29 +235,6 @@ def landscape(workload, config) -> float:
     return 1e-5 * (1 + abs(config.ow_bn - best_ow) + abs(config.oc_bn - best_oc) / 4 + (config.ic_bn == 1))
 
 
-class DieIn:
-    """``measure``, but the first process to make its ``n``-th timing of one of ``pairs``
-    ((input channels, config) it is the only one to time) is SIGKILLed there, once per
-    ``marker``."""
-
-    def __init__(self, measure, pairs: set, marker: str, n: int):
-        self.measure, self.pairs, self.marker, self.n, self.calls = measure, pairs, marker, n, 0
-
-    def __call__(self, workload, config):
-        if (workload.in_channels, config) in self.pairs:
-            self.calls += 1
-            with open(self.marker + ".calls", "a") as f:
-                f.write(f"{os.getpid()}\n")
-            if self.calls == self.n:
-                try:
-                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
-                except FileExistsError:
-                    pass
-                else:
-                    os.kill(os.getpid(), signal.SIGKILL)
-        return self.measure(workload, config)
-
-
 def marked(log: Path) -> Counter:
     """The sibling exchange's records per (input channels, config index)."""
     objs = [json.loads(line) for line in log.read_text().splitlines()]
@@ -291,7 +271,7 @@ def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path)
 
     marker, killed = tmp_path / "killed", tmp_path / "killed.log"
     pairs = {(ic, tuning_config(w, index)) for (ic, index) in expected for w in ws if w.in_channels == ic}
-    tune(model, killed, measure=DieIn(landscape, pairs, str(marker), 2), **args)
+    tune(model, killed, measure=DieOnce(landscape, str(marker), 2, pairs), **args)
     assert marker.exists()  # a worker died in the exchange, its job ran again elsewhere
     assert content(killed)[0] == content(log)[0] and marked(killed) == got
     # each exchange timing made once, plus the one the kill cut short: the retry resumed
