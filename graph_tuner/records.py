@@ -505,6 +505,9 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
 # them as its own search's trials, at whatever --trials. TVM ignores keys it does not know.
 ORIGIN_FIELD = "graph_tuner_origin"
 EXCHANGE_ORIGIN = "sibling-exchange"
+# `tune --retime` replaces a config's records (its search timing too) by re-timings: a rerun
+# must count them all as re-timings, not one as its search's.
+RETIME_ORIGIN = "retime"
 
 
 # A tall conv's ``unroll_kw`` config has run down the columns since session 37
@@ -615,7 +618,7 @@ class Logged:
     # Record.time of a successful conv measurement; None for a failed one, or one that is
     # no measurement (a time that is not finite and positive, a config of no schedule).
     time: float | None
-    exchanged: bool = False  # timed for a sibling's sake, after the searches (EXCHANGE_ORIGIN)
+    origin: str | None = None  # ORIGIN_FIELD: EXCHANGE_ORIGIN, RETIME_ORIGIN, or None (a search's)
 
 
 def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
@@ -651,7 +654,8 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
                 key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
                 is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
                 index, time = (env["index"], None) if is_transform else _conv_read(env, obj, f"{path}:{lineno}")
-                out.append(Logged(key, index, is_transform, time, obj.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN))
+                origin = obj.get(ORIGIN_FIELD)
+                out.append(Logged(key, index, is_transform, time, origin if isinstance(origin, str) else None))
     return out
 
 

@@ -53,9 +53,9 @@ from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
-from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, ORIGIN_FIELD, conv_input_key, format_record, log_problem,
-                                 logged_records, make_conv2d_record, make_transform_record, read_records, record_lines,
-                                 torn_tail, transform_input_key)
+from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key, format_record,
+                                 log_problem, logged_records, make_conv2d_record, make_transform_record, read_records,
+                                 record_lines, torn_tail, transform_input_key)
 from kernels.config import Conv2DConfig
 from kernels.config_space import entity_config
 from kernels.workload import Conv2DWorkload
@@ -237,10 +237,15 @@ class LogState:
     # conv input key -> {config index: the sibling exchange's records of it}: kept apart, so a
     # rerun at any --trials counts only its search's own trials (exchange_siblings)
     exchanged: dict[str, Counter] = field(default_factory=dict)
+    # conv input key -> {config index: of its counts, `tune --retime`'s records (RETIME_ORIGIN)}
+    refreshed: dict[str, Counter] = field(default_factory=dict)
 
     def retimed(self, key: str) -> dict[int, int]:
-        """Re-timings logged per config of a workload: its records after the first."""
-        return {i: n - 1 for i, n in self.counts.get(key, {}).items() if n > 1}
+        """Re-timings logged per config of a workload: its records after the first, or all of
+        them where `tune --retime` replaced them all (its search timing too)."""
+        fresh = self.refreshed.get(key, Counter())
+        out = {i: n - (fresh[i] < n) for i, n in self.counts.get(key, {}).items()}
+        return {i: n for i, n in out.items() if n > 0}
 
 
 def logged(path: str | os.PathLike, target: str) -> LogState:
@@ -250,9 +255,11 @@ def logged(path: str | os.PathLike, target: str) -> LogState:
         if rec.is_transform:
             state.transforms.add(rec.key)
             continue
-        if rec.exchanged:
+        if rec.origin == EXCHANGE_ORIGIN:
             state.exchanged.setdefault(rec.key, Counter())[rec.index] += 1
             continue
+        if rec.origin == RETIME_ORIGIN:
+            state.refreshed.setdefault(rec.key, Counter())[rec.index] += 1
         runs = state.convs.setdefault(rec.key, {})
         if runs.get(rec.index) is None:  # a success beats an earlier failure of the same config
             runs[rec.index] = rec.time
@@ -545,11 +552,12 @@ def retime_workloads(
     kept = [line for line, rec in lines
             if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced]
     # A config only the sibling exchange timed stays the exchange's: a rerun must not take it
-    # for a search trial.
+    # for a search trial. The others' records are all re-timings now (RETIME_ORIGIN): a rerun
+    # takes none of them for a search timing and so makes no re-timing more.
     searched = {ident(rec.workload, rec.entity) for _, rec in lines
                 if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN}
     for w, ms in timings:
-        kept += [format_record(measurement_record(w, m, target, origin=None if ident(w, m.entity) in searched
+        kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
                                                   else EXCHANGE_ORIGIN)) for m in ms]
     atomic_write_text(path, "\n".join(kept) + "\n")
     return len(replaced)

@@ -10,12 +10,12 @@ import pytest
 from graph_tuner.candidates import fallback_config, layer_candidates
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import parse_layout
-from graph_tuner.records import conv_input_key, read_records
+from graph_tuner.records import ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key, read_records
 from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, retime_workloads, transform_keys,
                                 tune_workloads)
 from kernels.config_space import entity_config, task_space, tuning_space
 from kernels.jit import host_cpu
-from kernels.tuner import INSTANTIATION_ERROR, MeasureError
+from kernels.tuner import CONFIRM_ROUNDS, INSTANTIATION_ERROR, MeasureError
 from kernels.workload import Conv2DWorkload
 
 W3 = Conv2DWorkload((1, 32, 14, 14), (64, 32, 3, 3), padding=(1, 1, 1, 1))
@@ -448,16 +448,16 @@ def test_retime_needs_records_of_every_workload(tmp_path):
         retime_workloads([(W1, 1)], tmp_path / "missing.log", measure=fake, progress=False)
 
 
-def test_tune_after_retime_tops_the_finalists_up_to_one_more_round_once(tmp_path):
-    """--retime leaves each finalist 3 records, all new; to `tune` that is a search timing
-    and 2 re-timings, so its next run adds one round to those of its finalists, and the
-    run after that adds nothing."""
+def test_tune_after_retime_times_nothing(tmp_path):
+    """--retime leaves each finalist 3 records, all new and marked as re-timings
+    (RETIME_ORIGIN): `tune` then finds every search trial and every re-timing logged. (Unmarked,
+    as --retime wrote them before session 43, they read as a search timing and 2 re-timings,
+    and the next run added a round.)"""
     log = tmp_path / "t.log"
     tune_fake([(W1, 1)], log, trials=12, confirm=4)
     assert retime_workloads([(W1, 1)], log, measure=fake, confirm=4, progress=False) == 4
-    s = tune_fake([(W1, 1)], log, trials=12, confirm=4)[0]
-    assert s.new == 0 and 0 < s.confirmed <= 4  # one round, of the finalists --retime re-timed
     text = log.read_text()
+    assert text.count(f'"{ORIGIN_FIELD}": "{RETIME_ORIGIN}"') == 4 * CONFIRM_ROUNDS
     s = tune_fake([(W1, 1)], log, trials=12, confirm=4)[0]
     assert (s.new, s.confirmed) == (0, 0) and log.read_text() == text
 
