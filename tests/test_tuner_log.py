@@ -450,9 +450,10 @@ def test_retime_needs_records_of_every_workload(tmp_path):
 
 def test_tune_after_retime_times_nothing(tmp_path):
     """--retime leaves each finalist 3 records, all new and marked as re-timings
-    (RETIME_ORIGIN): `tune` then finds every search trial and every re-timing logged. (Unmarked,
-    as --retime wrote them before session 43, they read as a search timing and 2 re-timings,
-    and the next run added a round.)"""
+    (RETIME_ORIGIN): `tune` then finds every search trial and every re-timing logged (the fake
+    timer's times do not move, so neither do the finalists). (Unmarked, as --retime wrote them
+    before session 43, they read as a search timing and 2 re-timings, and the next run added a
+    round.)"""
     log = tmp_path / "t.log"
     tune_fake([(W1, 1)], log, trials=12, confirm=4)
     assert retime_workloads([(W1, 1)], log, measure=fake, confirm=4, progress=False) == 4
