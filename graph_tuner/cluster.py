@@ -368,12 +368,14 @@ class _Run:
         self.bar.refresh()
         return futures
 
-    def exchange(self, group: Group, workloads: Sequence, epilogues: dict, winograd: dict) -> None:
+    def exchange(self, group: Group, workloads: Sequence, epilogues: dict, winograd: dict,
+                 until: float | None = None) -> None:
         """Once the group's searches are done: each sibling group's fastest configs timed on
         the members that never tried them (:func:`graph_tuner.tuning.exchange_siblings`, as a
         local ``tune`` does), one job per sibling group, spread over the group's machines;
         waits for their records. A cluster's siblings search side by side, none starting
-        from another's timings, so what one finds reaches the others only here."""
+        from another's timings, so what one finds reaches the others only here. ``until``: a
+        ``time.time()`` from which no member starts (the end of a ``--time-budget``)."""
         futures = []
         for members in sibling_groups([w for w, _ in workloads]):
             keys = [conv_input_key(w, group.target) for w in members]
@@ -381,7 +383,7 @@ class _Run:
                               [dict(group.state.convs.get(k, {})) for k in keys],
                               {k: dict(group.state.exchanged.get(k, {})) for k in keys},
                               {w: dict(epilogues[w]) for w in members if w in epilogues},
-                              {w: winograd[w] for w in members if w in winograd}, self.measure)
+                              {w: winograd[w] for w in members if w in winograd}, self.measure, until)
             group.pending += 1
             futures.append(self.submit(job, group, run_exchange_job, priority=float(sum(w.flops for w in members))))
         for future in futures:
@@ -529,7 +531,7 @@ def tune_on_cluster(
     budget = trial_budget(workloads, trials)  # before connecting: a bad --trials fails at once
     client, owned = connect(cluster)
     run = None
-    start = time.perf_counter()
+    start, wall_start = time.perf_counter(), time.time()
     try:
         workers = measuring_workers(client)
         groups, note = plan_groups(workers, output, name or log_name(model))
@@ -555,10 +557,10 @@ def tune_on_cluster(
                                                 confirm=confirm, winograd=winograd.convs_of(m)), loop=client.loop)
         for future in pending:
             group = run.finish(future)
-            if group.pending == 0 and time_budget is None and not group.exchange_sent:
-                # a budget's cut-short searches would go on past the exchange's timings (as locally)
-                group.exchange_sent = True
-                run.exchange(group, workloads, epilogues, winograd.convs_of(m))
+            if group.pending == 0 and not group.exchange_sent:
+                group.exchange_sent = True  # under a budget, with what the searches left of it (as locally)
+                run.exchange(group, workloads, epilogues, winograd.convs_of(m),
+                             until=None if time_budget is None else wall_start + time_budget)
                 if group.exchanged:
                     emit(f"siblings' fastest configs ({group.cpu}): {group.exchanged} timings on the others")
             if group.pending == 0 and transforms and not group.transforms_sent:

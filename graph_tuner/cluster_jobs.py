@@ -64,6 +64,7 @@ class ExchangeJob:
     epilogues: dict  # workload -> build_conv2d's fused-epilogue arguments
     winograd: dict  # GEMM workload -> the conv it is timed as
     measure: Callable | None = None
+    until: float | None = None  # time.time() from which no member starts (what a --time-budget leaves)
 
 
 @dataclass
@@ -207,7 +208,9 @@ def run_exchange_job(job: ExchangeJob) -> JobReport:
         stream.send({"line": line, "key": conv_input_key(w, job.target), "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": True, "exchange": True})
 
-    made = exchange_siblings(job.workloads, job.searches, exchanged, job.target, measure=measure, callback=send)
+    deadline = None if job.until is None else time.perf_counter() + job.until - time.time()
+    made = exchange_siblings(job.workloads, job.searches, exchanged, job.target, measure=measure, callback=send,
+                             deadline=deadline)
     return _report(stream, started, t0, exchanged=made)
 
 

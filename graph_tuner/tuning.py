@@ -446,9 +446,11 @@ def tune_workloads(
             summary.wall_seconds, summary.others_share = time.perf_counter() - t0, load.share()
             summaries.append(summary)
             print_fn(summary.line(i, n))
-        if time_budget is None:  # a budget's cut-short search would go on past the exchange's timings
-            _log_exchange(log, dict(zip((w for w, _ in workloads), summaries)), searched, state, target,
-                          measure=measure, progress=progress, print_fn=print_fn)
+        # Under a budget, the exchange has what the searches left of it (the marks keep a rerun's
+        # search, which may go on, apart from its timings).
+        _log_exchange(log, dict(zip((w for w, _ in workloads), summaries)), searched, state, target,
+                      measure=measure, progress=progress, print_fn=print_fn,
+                      deadline=None if time_budget is None else start + time_budget)
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
         keys = transform_keys(shapes, read_records(path, skip_bad_lines=True).records, target)
@@ -458,7 +460,8 @@ def tune_workloads(
 
 
 def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searched: dict[str, dict[int, float | None]],
-                  state: LogState, target: str, *, measure, progress: bool, print_fn: Callable) -> None:
+                  state: LogState, target: str, *, measure, progress: bool, print_fn: Callable,
+                  deadline: float | None = None) -> None:
     """:func:`exchange_siblings` after every search of :func:`tune_workloads`: each timing
     appended to ``log`` (marked) and flushed, and counted in its workload's summary."""
     from tqdm import tqdm
@@ -474,7 +477,7 @@ def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searche
 
     try:
         made = exchange_siblings(list(summaries), [searched.get(conv_input_key(w, target), {}) for w in summaries],
-                                 state.exchanged, target, measure=measure, callback=on_exchange)
+                                 state.exchanged, target, measure=measure, callback=on_exchange, deadline=deadline)
     finally:
         bar.close()
     if made:
@@ -636,7 +639,7 @@ EXCHANGE_TOP = 2
 
 def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[dict[int, float | None]],
                       timings: dict[str, Counter], target: str, *, measure, callback: Callable,
-                      top: int = EXCHANGE_TOP) -> int:
+                      top: int = EXCHANGE_TOP, deadline: float | None = None) -> int:
     """Time each sibling group's fastest configs on every member that has not timed them.
 
     A search starts from its earlier siblings' timings (:func:`warm_start`), so what a later
@@ -657,7 +660,8 @@ def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[di
     the union of its group's ``top`` fastest configs by search timing that its own search did
     not try and it would have (:func:`kernels.tuner.worth_trying`), in
     :data:`kernels.tuner.CONFIRM_ROUNDS` interleaved rounds (:func:`kernels.tuner.retime`), each
-    timing passed to ``callback``. Returns the timings made.
+    timing passed to ``callback``. From ``deadline`` (a ``time.perf_counter()`` time: what a
+    ``--time-budget`` leaves) no member starts its timings. Returns the timings made.
     """
     from kernels.jit import host_cpu
     from kernels.tuner import retime, tuning_space, worth_trying
@@ -672,6 +676,8 @@ def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[di
             ok = sorted((s, i) for i, s in search[w].items() if s is not None)
             pool += [spaces[w].config(i) for _, i in ok[:top]]
         for w in group:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return made
             tried = {spaces[w].config(i) for i in search[w]}
             todo = {c: i for c in dict.fromkeys(pool) if c not in tried
                     and (i := _index(spaces[w], c)) is not None and worth_trying(w, c, measure, lanes)}

@@ -268,6 +268,9 @@ def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path)
     again = tune(model, log, measure=landscape, **args)
     assert log.read_text() == text  # a rerun: nothing left to do, nothing timed on the workers either
     assert sum(r.exchanged for r in again.reports) == 0
+    budget = tmp_path / "budget.log"  # under a --time-budget that the searches leave time of
+    tune(model, budget, measure=landscape, time_budget=1e6, **args)
+    assert marked(budget) == got
 
     marker, killed = tmp_path / "killed", tmp_path / "killed.log"
     pairs = {(ic, tuning_config(w, index)) for (ic, index) in expected for w in ws if w.in_channels == ic}

@@ -60,3 +60,27 @@ def test_a_rerun_makes_only_the_timings_a_killed_one_left_missing():
                conv_input_key(C, TARGET): Counter({index(C, fast_b): 1})}
     made, calls, got = run(searches, timings)
     assert made == 2 and calls == [(C, fast_b)] * 2
+
+
+def test_no_member_starts_its_timings_past_the_deadline():
+    """Under a --time-budget the exchange has what the searches left: from the deadline on, no
+    member starts (one that has started finishes its rounds)."""
+    import time
+
+    fast_b = Conv2DConfig(32, 16, 7, oh_bn=1)
+    slow = Conv2DConfig(16, 16, 2, oh_bn=1)
+    searches = [{index(A, slow): 2e-3}, {}, {index(B, fast_b): 1e-3, index(B, slow): 3e-3}, {index(C, slow): 2e-3}]
+    calls = []
+
+    def measure(w, c):
+        calls.append(w)
+        return 1e-3
+
+    def exchange(deadline):
+        calls.clear()
+        made = exchange_siblings([A, OTHER, B, C], searches, {}, TARGET, measure=measure, callback=lambda w, m: None,
+                                 deadline=deadline)
+        return made, list(calls)
+
+    assert exchange(None) == (6, [A] * 3 + [C] * 3)
+    assert exchange(time.perf_counter() - 1) == (0, [])

@@ -212,3 +212,19 @@ def test_retime_keeps_the_exchange_records_marked_and_a_rerun_times_nothing(tmp_
     text = log.read_text()
     tune_kill.run(log, measure=lambda w, c: 1 / 0, measure_transform=lambda key: 1 / 0)
     assert log.read_text() == text
+
+
+def test_a_budget_with_time_left_exchanges_too(tmp_path, monkeypatch):
+    """Under --time-budget the searches end at their trials here, and the exchange takes the
+    time they left: the same marked records as a run without a budget."""
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    exchanged = []
+    for name, budget in (("plain", None), ("budget", 1e6)):
+        log = tmp_path / f"{name}.log"
+        tuning.tune_workloads(tune_kill.WORKLOADS, log, trials=tune_kill.TRIALS, confirm=tune_kill.CONFIRM,
+                              time_budget=budget, measure=tune_kill.conv_seconds,
+                              measure_transform=tune_kill.transform_seconds, progress=False)
+        exchanged.append(Counter((json.dumps(o["input"]), o["config"]["index"])
+                                 for o in map(json.loads, log.read_text().splitlines())
+                                 if o.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN))
+    assert exchanged[0] and exchanged[1] == exchanged[0]
