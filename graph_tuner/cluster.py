@@ -56,7 +56,7 @@ from graph_tuner.cluster_jobs import (ConvJob, ExchangeJob, JobReport, Transform
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.records import conv_input_key, transform_input_key
 from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, finalist_budget, logged, prepare_log,
-                                search_share, sibling_groups, transforms_to_measure)
+                                sibling_groups, transforms_to_measure)
 
 # Seconds to reach the scheduler before giving up: a typo in --cluster must not hang for
 # Dask's default of 30 s.
@@ -352,8 +352,7 @@ class _Run:
         for g in self.groups:
             # A machine tunes one workload at a time: the budget of the workloads a machine
             # gets, as a local run splits its budget over its workloads.
-            budget = (None if time_budget is None else
-                      time_budget * search_share([w for w, _ in workloads]) * len(g.workers) / len(workloads))
+            budget = None if time_budget is None else time_budget * len(g.workers) / len(workloads)
             for i, ((w, count), n_trials, finalists) in enumerate(zip(workloads, trials, finalist_budget(trials, confirm)),
                                                                 1):
                 key = conv_input_key(w, g.target)

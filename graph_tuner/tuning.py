@@ -413,14 +413,13 @@ def tune_workloads(
     summaries = []
     n = len(workloads)
     searched = {key: dict(runs) for key, runs in state.convs.items()}  # search timings, as the run goes
-    search_budget = None if time_budget is None else time_budget * search_share([w for w, _ in workloads])
     with _open_log(path) as log:
         for i, ((w, count), trials, confirm) in enumerate(zip(workloads, per, finalist_budget(per, confirm)), 1):
             key = conv_input_key(w, target)
             previous = state.convs.get(key, {})
             budget = None
             if time_budget is not None:
-                budget = max((search_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
+                budget = max((time_budget - (time.perf_counter() - start)) / (n - i + 1), 1e-3)
             summary = WorkloadSummary.from_log(w, count, previous)
             summary.trials = trials
             bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
@@ -636,16 +635,6 @@ def sibling_groups(workloads: Sequence[Conv2DWorkload]) -> list[list[Conv2DWorkl
 
 # Each sibling's fastest configs (by search timing) timed on the others (exchange_siblings).
 EXCHANGE_TOP = 2
-# Of a --time-budget, the share kept from the searches for the exchange where there are siblings:
-# DenseNet-121's exchange took 8% of its search's time on the Zen 3 EPYC (13.8 of 143.1 s), and
-# its plan ran 1.136x faster for it (session 42).
-EXCHANGE_SHARE = 0.1
-
-
-def search_share(workloads: Sequence[Conv2DWorkload]) -> float:
-    """The share of a ``--time-budget`` the searches get: all of it, less
-    :data:`EXCHANGE_SHARE` where some are siblings (:func:`sibling_groups`)."""
-    return 1.0 - EXCHANGE_SHARE if sibling_groups(workloads) else 1.0
 
 
 def exchange_siblings(workloads: Sequence[Conv2DWorkload], searches: Sequence[dict[int, float | None]],

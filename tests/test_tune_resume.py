@@ -228,21 +228,3 @@ def test_a_budget_with_time_left_exchanges_too(tmp_path, monkeypatch):
                                  for o in map(json.loads, log.read_text().splitlines())
                                  if o.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN))
     assert exchanged[0] and exchanged[1] == exchanged[0]
-
-
-def test_a_budget_keeps_a_share_for_the_exchange_where_there_are_siblings(tmp_path, monkeypatch):
-    """The searches get 90% of a --time-budget where some workloads are siblings (the first
-    and third here), all of it where none are."""
-    import kernels.tuner
-
-    budgets = []
-    real = kernels.tuner.tune
-    monkeypatch.setattr(kernels.tuner, "tune", lambda w, **kw: (budgets.append(kw["time_budget"]), real(w, **kw))[1])
-    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
-    for i, workloads in enumerate((tune_kill.WORKLOADS, tune_kill.WORKLOADS[:2])):
-        budgets.clear()
-        tuning.tune_workloads(workloads, tmp_path / f"{i}.log", trials=4, time_budget=600.0, measure=tune_kill.conv_seconds,
-                              transforms=False, progress=False)
-        share = tuning.search_share([w for w, _ in workloads])
-        assert share == (0.9 if i == 0 else 1.0)
-        assert 600 * share / len(workloads) - 1 < budgets[0] <= 600 * share / len(workloads)

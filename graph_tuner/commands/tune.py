@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "fewer (down to 12) for smaller ones, counting those already in LOG (default 40)")
     p.add_argument("--time-budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="wall time for the conv search, split evenly over the workloads left "
-                        "(time one does not use passes to the next); a model with siblings keeps 10%% "
-                        "of it, and what the searches leave, for their exchange of fastest configs")
+                        "(time one does not use passes to the next; what is left then goes to the "
+                        "siblings' exchange of their fastest configs)")
     p.add_argument("--batch", type=positive_int, default=None, metavar="N",
                    help="batch size (default: the model's, 1 for zoo)")
     p.add_argument("--retime", action="store_true",
