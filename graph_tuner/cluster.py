@@ -304,8 +304,10 @@ class _Writer:
             index, retiming = msg["index"], msg["confirmation"]
             if retiming and counts[index] == 0:
                 return False
-            if counts[index] >= (1 + CONFIRM_ROUNDS if retiming else 1):
-                return True  # logged already: sent by a worker that died, then by its replacement
+            # logged already: sent by a worker that died, then by its replacement (the re-timings
+            # as the log's reader counts them: all of a config's records after `tune --retime`)
+            if (group.state.retimed(key).get(index, 0) >= CONFIRM_ROUNDS) if retiming else counts[index] >= 1:
+                return True
             counts[index] += 1
             if not retiming:  # the search's timings, which the exchange starts from
                 group.state.convs.setdefault(key, {})[index] = msg["seconds"]

@@ -11,7 +11,8 @@ else) and TVM's cost ``[1e9]``, so that a rerun does not retry them.
 
 Resume: a rerun reads the log first; configs already logged for a workload (same
 target, task and arguments; identified by config index) are not measured again and
-count toward ``trials``; a finalist's records after its first are its re-timings, and
+count toward ``trials``; a finalist's records after its first are its re-timings (all of
+them where ``tune --retime`` wrote them: :data:`graph_tuner.records.RETIME_ORIGIN`), and
 only the missing ones are made; logged transforms are not measured again. So a rerun
 after a kill at any point ends with what the unkilled run would have logged. A partial
 last line left by a kill is cut off first -- but only once the file is known to be a
@@ -19,8 +20,9 @@ log (:func:`check_log`): a file that is not one is refused and left untouched.
 
 Time budget: split evenly across the workloads still to tune, each getting the
 remaining time divided by the number left, so time one workload does not use passes
-on to the next. It bounds the conv search only; the layout-transform benchmark runs
-after it (cached per CPU by :mod:`kernels.transform_bench`).
+on to the next. It bounds the conv search and the siblings' exchange after it (which gets
+what the searches left); the layout-transform benchmark runs after them (cached per CPU by
+:mod:`kernels.transform_bench`).
 
 Finally the layout transforms the model can need are measured and appended as
 ``layout_transform`` records (:func:`transform_keys`), each the moment it is measured,
@@ -231,7 +233,8 @@ class LogState:
 
     # conv input key -> {config index: seconds of its first successful record (None: failed)}
     convs: dict[str, dict[int, float | None]] = field(default_factory=dict)
-    # conv input key -> {config index: records of it (its search measurement + re-timings)}
+    # conv input key -> {config index: records of it (its search measurement + re-timings, or
+    # re-timings only: `refreshed`)}
     counts: dict[str, Counter] = field(default_factory=dict)
     transforms: set[str] = field(default_factory=set)  # input keys of layout-transform records
     # conv input key -> {config index: the sibling exchange's records of it}: kept apart, so a
@@ -384,8 +387,9 @@ def tune_workloads(
     A rerun after a kill at any point ends with the log the unkilled run would have
     written: the search resumes as it would have gone on (:func:`kernels.tuner.tune`), the
     finalists are chosen from the search timings (each config's first record), a
-    finalist's logged records after its first count as its re-timings and only missing
-    ones are made, and transforms already logged are not measured again.
+    finalist's logged records after its first count as its re-timings (all of them where
+    ``tune --retime`` wrote them) and only missing ones are made, and transforms already
+    logged are not measured again.
 
     ``measure`` is the tuner's measuring function (default: compile and time for real).
     With ``transforms``, the layout transforms of ``transform_shapes`` (default: the

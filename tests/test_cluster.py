@@ -24,10 +24,11 @@ from graph_tuner import cluster as cl
 from graph_tuner.tune_api import tune
 from graph_tuner.cli import main
 from graph_tuner.loading import load_model
-from graph_tuner.records import EXCHANGE_ORIGIN, ORIGIN_FIELD, conv_input_key
+from graph_tuner.records import EXCHANGE_ORIGIN, ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key
 from graph_tuner.tuning import exchange_siblings, host_target, logged, model_timer, model_workloads
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
+from kernels.workload import Conv2DWorkload
 
 TRIALS = ["--trials", "3", "--no-progress"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,8 +270,19 @@ def test_siblings_exchange_their_fastest_configs_on_the_cluster(setup, tmp_path)
     assert log.read_text() == text  # a rerun: nothing left to do, nothing timed on the workers either
     assert sum(r.exchanged for r in again.reports) == 0
     budget = tmp_path / "budget.log"  # under a --time-budget that the searches leave time of
-    tune(model, budget, measure=landscape, time_budget=1e6, **args)
+    untils, real = [], cl._Run.exchange
+
+    def exchange(self, *a, until=None):
+        untils.append(until)
+        return real(self, *a, until=until)
+
+    t0 = time.time()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cl._Run, "exchange", exchange)
+        tune(model, budget, measure=landscape, time_budget=1e6, **args)
     assert marked(budget) == got
+    (until,) = untils  # the budget's end on the wall clock, the workers' clocks
+    assert t0 + 1e6 <= until <= time.time() + 1e6
 
     marker, killed = tmp_path / "killed", tmp_path / "killed.log"
     pairs = {(ic, tuning_config(w, index)) for (ic, index) in expected for w in ws if w.in_channels == ic}
@@ -286,3 +298,30 @@ def tuning_config(w, index: int):
     from kernels.tuner import tuning_space
 
     return tuning_space(w).config(index)
+
+
+def test_the_writer_refuses_a_fourth_re_timing_after_retime(tmp_path):
+    """After `tune --retime` a config's 3 records are all re-timings: a 4th that arrives (a
+    replaced worker's, say) is not written."""
+    from tqdm import tqdm
+
+    from graph_tuner.cluster_jobs import ConvJob
+    from graph_tuner.records import make_conv2d_record, format_record
+    from kernels.tuner import tuning_space
+
+    w = Conv2DWorkload((1, 16, 6, 6), (16, 16, 1, 1))
+    target = host_target()
+    space = tuning_space(w)
+    entity = space.config_entity(space.config(5))
+    rec = make_conv2d_record(w, entity, 5, [1e-4], target, origin=RETIME_ORIGIN)
+    log = tmp_path / "t.log"
+    log.write_text("\n".join([format_record(rec)] * 3) + "\n")
+    group = cl.Group(host_cpu().name, log, [], state=logged(log, target))
+    writer = cl._Writer([group], tqdm(disable=True))
+    job = ConvJob("topic", 1, 1, w, 1, target, 4, None, 1, {}, {}, {})
+    msg = {"index": 5, "confirmation": True, "line": format_record(rec), "attempt": "a", "seq": 0}
+    try:
+        assert writer._write(job, group, msg)
+    finally:
+        writer.close()
+    assert len(log.read_text().splitlines()) == 3

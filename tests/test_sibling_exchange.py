@@ -84,3 +84,23 @@ def test_no_member_starts_its_timings_past_the_deadline():
 
     assert exchange(None) == (6, [A] * 3 + [C] * 3)
     assert exchange(time.perf_counter() - 1) == (0, [])
+
+
+def test_the_deadline_is_checked_before_each_member(monkeypatch):
+    """A member that has started finishes its rounds; the next one does not start."""
+    from graph_tuner import tuning
+
+    fast_b = Conv2DConfig(32, 16, 7, oh_bn=1)
+    slow = Conv2DConfig(16, 16, 2, oh_bn=1)
+    searches = [{index(A, slow): 2e-3}, {}, {index(B, fast_b): 1e-3, index(B, slow): 3e-3}, {index(C, slow): 2e-3}]
+    clock, calls = [0.0], []
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: clock[0])
+
+    def measure(w, c):  # each timing takes a second of the fake clock
+        calls.append(w)
+        clock[0] += 1.0
+        return 1e-3
+
+    made = exchange_siblings([A, OTHER, B, C], searches, {}, TARGET, measure=measure, callback=lambda w, m: None,
+                             deadline=2.5)
+    assert (made, calls) == (3, [A] * 3)

@@ -228,3 +228,23 @@ def test_a_budget_with_time_left_exchanges_too(tmp_path, monkeypatch):
                                  for o in map(json.loads, log.read_text().splitlines())
                                  if o.get(ORIGIN_FIELD) == EXCHANGE_ORIGIN))
     assert exchanged[0] and exchanged[1] == exchanged[0]
+
+
+def test_the_exchange_ends_with_the_budget(tmp_path, monkeypatch):
+    """Under --time-budget the exchange's deadline is the budget's end (perf_counter)."""
+    import time
+
+    monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path / "cache"))
+    deadlines, real = [], tuning.exchange_siblings
+
+    def exchange(*a, deadline=None, **kw):
+        deadlines.append(deadline)
+        return real(*a, deadline=deadline, **kw)
+
+    monkeypatch.setattr(tuning, "exchange_siblings", exchange)
+    for budget in (None, 600.0):
+        t0 = time.perf_counter()
+        tuning.tune_workloads(tune_kill.WORKLOADS, tmp_path / f"{budget}.log", trials=tune_kill.TRIALS,
+                              confirm=tune_kill.CONFIRM, time_budget=budget, measure=tune_kill.conv_seconds,
+                              transforms=False, progress=False)
+    assert deadlines[0] is None and t0 + 600 <= deadlines[1] <= time.perf_counter() + 600
