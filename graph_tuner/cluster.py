@@ -306,7 +306,7 @@ class _Writer:
                 return False
             # logged already: sent by a worker that died, then by its replacement (the re-timings
             # as the log's reader counts them: all of a config's records after `tune --retime`)
-            if (group.state.retimed(key).get(index, 0) >= CONFIRM_ROUNDS) if retiming else counts[index] >= 1:
+            if (group.state.retimings(key, index) >= CONFIRM_ROUNDS) if retiming else counts[index] >= 1:
                 return True
             counts[index] += 1
             if not retiming:  # the search's timings, which the exchange starts from

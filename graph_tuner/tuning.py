@@ -243,11 +243,15 @@ class LogState:
     # conv input key -> {config index: of its counts, `tune --retime`'s records (RETIME_ORIGIN)}
     refreshed: dict[str, Counter] = field(default_factory=dict)
 
+    def retimings(self, key: str, index: int) -> int:
+        """Re-timings logged of one config of a workload: its records after the first, or all
+        of them where `tune --retime` replaced them all (its search timing too)."""
+        n = self.counts.get(key, Counter())[index]
+        return n - (self.refreshed.get(key, Counter())[index] < n)
+
     def retimed(self, key: str) -> dict[int, int]:
-        """Re-timings logged per config of a workload: its records after the first, or all of
-        them where `tune --retime` replaced them all (its search timing too)."""
-        fresh = self.refreshed.get(key, Counter())
-        out = {i: n - (fresh[i] < n) for i, n in self.counts.get(key, {}).items()}
+        """:meth:`retimings` of each config of a workload that has any."""
+        out = {i: self.retimings(key, i) for i in self.counts.get(key, {})}
         return {i: n for i, n in out.items() if n > 0}
 
 
