@@ -41,7 +41,7 @@ def check_cache_dir() -> None:
     folder we can write into. Nothing is created: the first folder on the way that exists
     is tried with a temporary file (permission bits do not stop root; a read-only file
     system or sysfs does)."""
-    from kernels.transform_bench import default_cache_dir
+    from kernels.cache_folder import default_cache_dir
 
     folder = existing = default_cache_dir()
     while not existing.exists() and existing != existing.parent:

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import llvmlite.binding as llvm
 import numpy as np
 
-from kernels import threads
+from kernels import object_cache, threads
 from kernels.pool_ir import RUNTIME_IR
 
 _lock = threading.Lock()
@@ -195,17 +195,33 @@ class CompiledModule:
         return self._addresses[name]
 
 
+# The optimisation pipeline every module gets. Generated kernels are already unrolled where
+# it pays; LLVM's own unroller made register tiles spill (measured), and generated loops also
+# carry llvm.loop.unroll.disable. Part of the object cache's key (_pipeline_description).
+PIPELINE = {"speed_level": 3, "loop_unrolling": False, "loop_vectorization": True, "slp_vectorization": True}
+
+
 def _optimise(module: llvm.ModuleRef) -> None:
     tm = _target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    # Generated kernels are already unrolled where it pays; LLVM's own unroller
-    # made register tiles spill (measured), and generated loops also carry
-    # llvm.loop.unroll.disable.
-    pto.loop_unrolling = False
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
+    pto = llvm.create_pipeline_tuning_options(speed_level=PIPELINE["speed_level"])
+    pto.loop_unrolling = PIPELINE["loop_unrolling"]
+    pto.loop_vectorization = PIPELINE["loop_vectorization"]
+    pto.slp_vectorization = PIPELINE["slp_vectorization"]
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(module, pb)
+
+
+@functools.lru_cache(maxsize=None)
+def _pipeline_description() -> str:
+    """Everything but the IR text that a module's object code depends on (the object cache's
+    key, :func:`kernels.object_cache.key`), set there once."""
+    import llvmlite
+
+    cpu = host_cpu()
+    text = (f"llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}, {_target_machine().triple}, "
+            f"cpu {cpu.name} {cpu.features}, codegen -O3 jit, {sorted(PIPELINE.items())}")
+    object_cache.set_pipeline(text)
+    return text
 
 
 def _parsed(ir_text: str) -> llvm.ModuleRef:
@@ -219,20 +235,24 @@ def _parsed(ir_text: str) -> llvm.ModuleRef:
 def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
     """Parse, verify, optimise (-O3, host CPU) and JIT-compile LLVM IR text; cached by text
     unless ``cache`` is false (code naming one program's buffers is never asked for twice).
-    Text a helper process has already compiled (:func:`compile_ahead`) is only linked."""
+    Text a helper process has already compiled (:func:`compile_ahead`), or an earlier process
+    (:mod:`kernels.object_cache`, on disk), is only linked."""
     with _lock:
         if cache and ir_text in _engines:
             return _engines[ir_text]
         _initialise()
         _load_pool_runtime()  # gt_parallel must resolve when linking
         code = _objects.pop(ir_text, None)
+        if code is None and cache:
+            _pipeline_description()
+            code = object_cache.load(ir_text)
         if code is not None:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(code))
             engine.finalize_object()
             compiled = CompiledModule(engine)
         else:
-            compiled = _jit(_parsed(ir_text))
+            compiled = _jit(_parsed(ir_text), ir_text if cache else None)
         if cache:
             _engines[ir_text] = compiled
         return compiled
@@ -266,10 +286,14 @@ def compile_shared(ir_text: str, names: Sequence[str]) -> CompiledModule:
     return compiled
 
 
-def _jit(module: llvm.ModuleRef) -> CompiledModule:
-    """Optimise and JIT-compile a parsed module (``_lock`` held)."""
+def _jit(module: llvm.ModuleRef, keep: str | None = None) -> CompiledModule:
+    """Optimise and JIT-compile a parsed module (``_lock`` held); with ``keep`` (its IR text),
+    store the object code MCJIT makes on disk too (:mod:`kernels.object_cache`: MCJIT hands it
+    over as it compiles, so what runs here is compiled as it was before there was a cache)."""
     _optimise(module)
     engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+    if keep is not None:
+        engine.set_object_cache(notify_func=lambda _module, code: object_cache.store(keep, bytes(code)))
     engine.finalize_object()
     return CompiledModule(engine)
 
@@ -332,7 +356,8 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     Returns when all of it is done, so nothing compiles while a caller times a kernel.
     A helper that fails costs nothing but its share: :func:`compile_ir` compiles it here.
     """
-    todo = list(dict.fromkeys(t for t in needed if t not in _engines and t not in _objects))
+    _pipeline_description()
+    todo = [t for t in dict.fromkeys(needed) if t not in _engines and t not in _objects and not _on_disk(t)]
     if not todo:
         return
     pool = _helper_pool()
@@ -342,7 +367,8 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     keep = set(needed) | set(guesses)
     for t in [t for t in _objects if t not in keep]:  # an earlier call's guesses, not wanted
         del _objects[t]
-    ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in _objects and t not in todo]
+    ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in _objects and t not in todo
+             and not _on_disk(t)]
     futures = {t: pool.submit(t) for t in theirs + ahead[:max(spare, 0)]} if width > 1 else {}
     try:
         for t in mine:
@@ -352,9 +378,19 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
             try:
                 _objects[t] = future.result(timeout=HELPER_TIMEOUT)
             except Exception:  # a dead or stuck helper, or bad IR: compile_ir compiles (or raises) it here
-                pass
+                continue
+            object_cache.store(t, _objects[t])
     for t in theirs:
         compile_ir(t)
+
+
+def _on_disk(ir_text: str) -> bool:
+    """Whether an earlier process left ``ir_text``'s object code (:mod:`kernels.object_cache`):
+    then it waits in ``_objects`` to be linked, and nothing compiles it."""
+    code = object_cache.load(ir_text)
+    if code is not None:
+        _objects[ir_text] = code
+    return code is not None
 
 
 def assembly(ir_text: str) -> str:

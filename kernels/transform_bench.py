@@ -36,6 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterable
 
+from kernels.cache_folder import default_cache_dir
+
 __all__ = ["Key", "cache_path", "default_cache_dir", "load_cached", "measure_transforms", "normalize_key",
            "sweep_stale_temps", "time_transform"]
 
@@ -63,11 +65,6 @@ def normalize_key(key) -> Key:
         if b < 1 or shape[1] % b:
             raise ValueError(f"block {b} does not divide the {shape[1]} channels of {shape}")
     return shape, src, dst  # type: ignore[return-value]
-
-
-def default_cache_dir() -> Path:
-    """The cache folder: ``$GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``."""
-    return Path(os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")
 
 
 def cache_path(cache_dir: str | os.PathLike | None = None, cpu=None) -> Path:

@@ -70,3 +70,15 @@ def _no_waiting_for_the_hosts_fast_phase(monkeypatch):
 
     monkeypatch.setattr(host_state, "FAST_PHASE_WAIT_S", 0.0)
     monkeypatch.setattr(host_state, "_lowest_join", {})
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fresh_object_cache(tmp_path_factory):
+    """Kernels that earlier test runs compiled are not linked from this machine's disk cache
+    (kernels.object_cache): each session compiles as a fresh machine would, and a test that
+    counts compiles counts the same every run. tests/test_object_cache.py tests the cache."""
+    import kernels.object_cache as object_cache
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(object_cache, "DEFAULT_FOLDER", str(tmp_path_factory.mktemp("objects")))
+        yield

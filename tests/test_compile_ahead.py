@@ -19,8 +19,12 @@ CONFIGS = [Conv2DConfig(8, 16, 4), Conv2DConfig(16, 16, 3), Conv2DConfig(4, 32, 
 
 
 @pytest.fixture
-def fresh_jit(monkeypatch):
-    """An empty compile cache and helper pool for this test (the process's are left alone)."""
+def fresh_jit(monkeypatch, tmp_path):
+    """An empty compile cache, on disk too, and helper pool for this test (the process's are
+    left alone)."""
+    from kernels import object_cache
+
+    monkeypatch.setattr(object_cache, "DEFAULT_FOLDER", str(tmp_path / "objects"))
     monkeypatch.setattr(jit, "_engines", {})
     monkeypatch.setattr(jit, "_objects", {})
     monkeypatch.setattr(jit, "_helpers", None)
@@ -41,7 +45,9 @@ def _check_against_reference(workload, config, module):
     np.testing.assert_allclose(from_blocked(out), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_needed_texts_are_compiled_and_guesses_linked_later(fresh_jit, monkeypatch):
+def test_needed_texts_are_compiled_and_guesses_linked_later(fresh_jit, monkeypatch, tmp_path):
+    from kernels import object_cache
+
     monkeypatch.setattr(jit.threads, "usable_cores", lambda: 2)  # one helper even on one core
     texts = [conv2d_ir(WL, c) for c in CONFIGS]
     jit.compile_ahead(texts[:2], guesses=[texts[2]])  # one here, one on the helper: no room for a guess
@@ -49,6 +55,7 @@ def test_needed_texts_are_compiled_and_guesses_linked_later(fresh_jit, monkeypat
     jit.compile_ahead([texts[0]], guesses=[texts[2]])  # compiled already: nothing to do
     assert not jit._objects
     jit._engines.pop(texts[0])
+    object_cache.DEFAULT_FOLDER = str(tmp_path / "none yet")  # nor on disk (monkeypatched: undone after)
     jit.compile_ahead([texts[0]], guesses=[texts[2]])
     assert list(jit._objects) == [texts[2]]  # compiled by the helper, not linked yet
     assert jit._objects[texts[2]][:4] == b"\x7fELF"
@@ -213,10 +220,10 @@ def test_a_winograd_pairs_transform_phases_compile_side_by_side_before_its_kerne
         finally:
             inside[0] -= 1
 
-    def recording_jit(module):
+    def recording_jit(module, keep=None):
         if not inside[0]:
             outside.append(module)
-        return real_jit(module)
+        return real_jit(module, keep)
 
     monkeypatch.setattr(jit, "compile_ahead", recording_ahead)
     monkeypatch.setattr(jit, "_jit", recording_jit)
