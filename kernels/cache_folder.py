@@ -10,8 +10,9 @@ from pathlib import Path
 def default_cache_dir() -> Path:
     """The cache folder: ``$GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``.
 
-    >>> import os; os.environ["GRAPH_TUNER_CACHE_DIR"] = "/tmp/c"; str(default_cache_dir())
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {"GRAPH_TUNER_CACHE_DIR": "/tmp/c"}):
+    ...     str(default_cache_dir())
     '/tmp/c'
-    >>> del os.environ["GRAPH_TUNER_CACHE_DIR"]
     """
     return Path(os.environ.get("GRAPH_TUNER_CACHE_DIR") or Path.home() / ".cache" / "graph-tuner")

@@ -122,10 +122,14 @@ def _cache_bytes(level: int, default: int) -> int:
     return default
 
 
+# The target machine's options (besides the CPU): part of the object cache's key too.
+TARGET_MACHINE = {"opt": 3, "jit": True}
+
+
 def _new_target_machine() -> llvm.TargetMachine:
     cpu = host_cpu()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=cpu.name, features=cpu.features, opt=3, jit=True)
+    return target.create_target_machine(cpu=cpu.name, features=cpu.features, **TARGET_MACHINE)
 
 
 # For passes, triple and data layout. An execution engine takes ownership of the machine it
@@ -197,7 +201,7 @@ class CompiledModule:
 
 # The optimisation pipeline every module gets. Generated kernels are already unrolled where
 # it pays; LLVM's own unroller made register tiles spill (measured), and generated loops also
-# carry llvm.loop.unroll.disable. Part of the object cache's key (_pipeline_description).
+# carry llvm.loop.unroll.disable. Part of the object cache's key (pipeline_description).
 PIPELINE = {"speed_level": 3, "loop_unrolling": False, "loop_vectorization": True, "slp_vectorization": True}
 
 
@@ -211,17 +215,16 @@ def _optimise(module: llvm.ModuleRef) -> None:
     pb.getModulePassManager().run(module, pb)
 
 
-@functools.lru_cache(maxsize=None)
-def _pipeline_description() -> str:
-    """Everything but the IR text that a module's object code depends on (the object cache's
-    key, :func:`kernels.object_cache.key`), set there once."""
+def pipeline_description() -> str:
+    """Everything but the IR text that a module's object code depends on: the object cache's
+    key (:func:`kernels.object_cache.key`). Made from the very values compiling uses, each
+    time (a test that swaps the CPU gets its own key)."""
     import llvmlite
 
     cpu = host_cpu()
-    text = (f"llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}, {_target_machine().triple}, "
-            f"cpu {cpu.name} {cpu.features}, codegen -O3 jit, {sorted(PIPELINE.items())}")
-    object_cache.set_pipeline(text)
-    return text
+    return (f"llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}, {_target_machine().triple}, "
+            f"{_target_machine().target_data}, cpu {cpu.name} {cpu.features}, target machine "
+            f"{sorted(TARGET_MACHINE.items())}, passes {sorted(PIPELINE.items())}")
 
 
 def _parsed(ir_text: str) -> llvm.ModuleRef:
@@ -244,8 +247,7 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
         _load_pool_runtime()  # gt_parallel must resolve when linking
         code = _objects.pop(ir_text, None)
         if code is None and cache:
-            _pipeline_description()
-            code = object_cache.load(ir_text)
+            code = object_cache.load(ir_text, pipeline_description())
         if code is not None:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(code))
@@ -293,7 +295,8 @@ def _jit(module: llvm.ModuleRef, keep: str | None = None) -> CompiledModule:
     _optimise(module)
     engine = llvm.create_mcjit_compiler(module, _new_target_machine())
     if keep is not None:
-        engine.set_object_cache(notify_func=lambda _module, code: object_cache.store(keep, bytes(code)))
+        pipeline = pipeline_description()
+        engine.set_object_cache(notify_func=lambda _module, code: object_cache.store(keep, bytes(code), pipeline))
     engine.finalize_object()
     return CompiledModule(engine)
 
@@ -356,7 +359,6 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     Returns when all of it is done, so nothing compiles while a caller times a kernel.
     A helper that fails costs nothing but its share: :func:`compile_ir` compiles it here.
     """
-    _pipeline_description()
     todo = [t for t in dict.fromkeys(needed) if t not in _engines and t not in _objects and not _on_disk(t)]
     if not todo:
         return
@@ -379,7 +381,7 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
                 _objects[t] = future.result(timeout=HELPER_TIMEOUT)
             except Exception:  # a dead or stuck helper, or bad IR: compile_ir compiles (or raises) it here
                 continue
-            object_cache.store(t, _objects[t])
+            object_cache.store(t, _objects[t], pipeline_description())
     for t in theirs:
         compile_ir(t)
 
@@ -387,7 +389,7 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
 def _on_disk(ir_text: str) -> bool:
     """Whether an earlier process left ``ir_text``'s object code (:mod:`kernels.object_cache`):
     then it waits in ``_objects`` to be linked, and nothing compiles it."""
-    code = object_cache.load(ir_text)
+    code = object_cache.load(ir_text, pipeline_description())
     if code is not None:
         _objects[ir_text] = code
     return code is not None

@@ -18,7 +18,7 @@ A folder that cannot be written costs the cache, not the run (one warning).
 
 >>> import tempfile
 >>> folder = tempfile.mkdtemp()
->>> store("text", b"code", folder=folder), load("text", folder=folder), load("other", folder=folder)
+>>> store("text", b"code", "p", folder=folder), load("text", "p", folder=folder), load("other", "p", folder=folder)
 (True, b'code', None)
 """
 from __future__ import annotations
@@ -37,27 +37,19 @@ MAX_BYTES = 512 << 20  # the folder's size past which the least recently used fi
 STALE_TEMP_S = 3600.0  # a temp file this old was left by a writer killed before its rename
 
 DEFAULT_FOLDER: str | None = None  # None: objects/ in the transform cache's folder (tests set their own)
-_pipeline = ""  # what else the object code depends on: kernels.jit sets it (set_pipeline)
 _lock = threading.Lock()
 _broken = False  # a store failed: this process stops trying (and said so once)
 _pruned: set[str] = set()  # folders whose size this process has checked
 
 
-def set_pipeline(description: str) -> None:
-    """Name what the object code depends on besides the IR text (the target CPU, the passes'
-    settings, the LLVM version): part of every :func:`key`. :mod:`kernels.jit` calls it once,
-    from the very values it compiles with."""
-    global _pipeline
-    _pipeline = description
+def key(ir_text: str, pipeline: str) -> str:
+    """The file name of ``ir_text``'s object code made by ``pipeline`` (everything else the code
+    depends on: :func:`kernels.jit.pipeline_description`).
 
-
-def key(ir_text: str) -> str:
-    """The file name of ``ir_text``'s object code under the current pipeline.
-
-    >>> set_pipeline("a"); k = key("x"); set_pipeline("b"); k == key("x")
+    >>> key("x", "a") == key("x", "b")
     False
     """
-    h = hashlib.sha256(_pipeline.encode())
+    h = hashlib.sha256(pipeline.encode())
     h.update(b"\0")
     h.update(ir_text.encode())
     return h.hexdigest()
@@ -67,20 +59,22 @@ def folder_path(folder: str | os.PathLike | None = None) -> Path:
     """The cache folder: ``folder``, else ``objects/`` in the transform cache's folder."""
     if folder is not None or DEFAULT_FOLDER is not None:
         return Path(folder if folder is not None else DEFAULT_FOLDER)
-    return default_cache_dir() / "objects"
+    return default_cache_dir() / "objects"  # RuntimeError without a home folder: no cache (load, store)
 
 
-def _path(ir_text: str, folder) -> Path:
-    k = key(ir_text)
+def _path(ir_text: str, pipeline: str, folder: str | os.PathLike | None) -> Path:
+    """Where ``ir_text``'s object code made by ``pipeline`` is kept."""
+    k = key(ir_text, pipeline)
     return folder_path(folder) / k[:2] / f"{k}.o"
 
 
-def load(ir_text: str, *, folder: str | os.PathLike | None = None) -> bytes | None:
-    """The stored object code of ``ir_text``, or None (none stored, or a damaged file)."""
-    path = _path(ir_text, folder)
+def load(ir_text: str, pipeline: str, *, folder: str | os.PathLike | None = None) -> bytes | None:
+    """The stored object code of ``ir_text`` made by ``pipeline``, or None (none stored, a
+    damaged file, or no folder: no home folder to put it in)."""
     try:
+        path = _path(ir_text, pipeline, folder)
         data = path.read_bytes()
-    except OSError:
+    except (OSError, RuntimeError):
         return None
     head = len(MAGIC) + 32
     if data[:len(MAGIC)] != MAGIC or hashlib.sha256(data[head:]).digest() != data[len(MAGIC):head]:
@@ -92,59 +86,67 @@ def load(ir_text: str, *, folder: str | os.PathLike | None = None) -> bytes | No
     return data[head:]
 
 
-def store(ir_text: str, code: bytes, *, folder: str | os.PathLike | None = None) -> bool:
-    """Keep ``code`` as ``ir_text``'s object code; False if it could not be written (then
-    this process stores nothing more, and warns once)."""
+def store(ir_text: str, code: bytes, pipeline: str, *, folder: str | os.PathLike | None = None) -> bool:
+    """Keep ``code`` as ``ir_text``'s object code made by ``pipeline``; False if it could not
+    be written (then this process stores nothing more, in any folder, and warns once)."""
     global _broken
     if _broken:
         return False
-    path = _path(ir_text, folder)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = None
     try:
+        path = _path(ir_text, pipeline, folder)
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
-        # os.open's mode passes through the umask, as a plain open(path, "w") would.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        # os.open's mode passes through the umask, as a plain open(path, "w") would; a name
+        # planted there (a link) is refused, not followed.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
         try:
-            os.write(fd, MAGIC + hashlib.sha256(code).digest() + code)
+            with os.fdopen(fd, "wb", closefd=False) as f:  # writes it all, or raises (a full disk)
+                f.write(MAGIC + hashlib.sha256(code).digest() + code)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         with _lock:
             if not _broken:
                 _broken = True
-                warnings.warn(f"{path.parent.parent}: cannot write the compiled-kernel cache ({e.strerror}); "
+                warnings.warn(f"cannot write the compiled-kernel cache ({getattr(e, 'strerror', None) or e}); "
                               "kernels are compiled in every process (set GRAPH_TUNER_CACHE_DIR to a "
                               "writable folder)", stacklevel=2)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        if tmp is not None:
+            _unlink(str(tmp))
         return False
     root = folder_path(folder)
     with _lock:
         first = str(root) not in _pruned
         _pruned.add(str(root))
     if first:  # once a process: the folder's size, and the temp files of killed writers
-        prune(root)
+        try:
+            prune(root)
+        except OSError:  # a folder we cannot list: the cache still works
+            pass
     return True
 
 
 def prune(folder: str | os.PathLike | None = None, max_bytes: int | None = None) -> int:
-    """Remove the least recently used files until the folder holds at most ``max_bytes``
-    (default :data:`MAX_BYTES`) less a fifth, and temp files older than an hour, if it holds
-    more; returns how many files were removed.
+    """Remove temp files older than an hour and, if the folder holds more than ``max_bytes``
+    (default :data:`MAX_BYTES`), the least recently used files until it holds a fifth less;
+    returns how many files were removed.
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> _ = [store(str(i), bytes(100), folder=folder) for i in range(5)]
-    >>> prune(folder, max_bytes=700), sum(load(str(i), folder=folder) is not None for i in range(5))
+    >>> _ = [store(str(i), bytes(100), "p", folder=folder) for i in range(5)]
+    >>> prune(folder, max_bytes=700), sum(load(str(i), "p", folder=folder) is not None for i in range(5))
     (2, 3)
     """
     max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     files, total, removed, now = [], 0, 0, time.time()
     for sub in folder_path(folder).glob("??"):
-        for entry in os.scandir(sub):
+        try:
+            entries = list(os.scandir(sub))
+        except OSError:  # not a folder, or not ours to read
+            continue
+        for entry in entries:
             try:
                 st = entry.stat()
             except OSError:
