@@ -359,7 +359,8 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     Returns when all of it is done, so nothing compiles while a caller times a kernel.
     A helper that fails costs nothing but its share: :func:`compile_ir` compiles it here.
     """
-    todo = [t for t in dict.fromkeys(needed) if t not in _engines and t not in _objects and not _on_disk(t)]
+    pipeline = pipeline_description()  # once a call: every text's object cache key names it
+    todo = [t for t in dict.fromkeys(needed) if t not in _engines and t not in _objects and not _on_disk(t, pipeline)]
     if not todo:
         return
     pool = _helper_pool()
@@ -370,7 +371,7 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
     for t in [t for t in _objects if t not in keep]:  # an earlier call's guesses, not wanted
         del _objects[t]
     ahead = [t for t in dict.fromkeys(guesses) if t not in _engines and t not in _objects and t not in todo
-             and not _on_disk(t)]
+             and not _on_disk(t, pipeline)]
     futures = {t: pool.submit(t) for t in theirs + ahead[:max(spare, 0)]} if width > 1 else {}
     try:
         for t in mine:
@@ -381,15 +382,15 @@ def compile_ahead(needed: list[str], guesses: list[str] = ()) -> None:
                 _objects[t] = future.result(timeout=HELPER_TIMEOUT)
             except Exception:  # a dead or stuck helper, or bad IR: compile_ir compiles (or raises) it here
                 continue
-            object_cache.store(t, _objects[t], pipeline_description())
+            object_cache.store(t, _objects[t], pipeline)
     for t in theirs:
         compile_ir(t)
 
 
-def _on_disk(ir_text: str) -> bool:
+def _on_disk(ir_text: str, pipeline: str) -> bool:
     """Whether an earlier process left ``ir_text``'s object code (:mod:`kernels.object_cache`):
     then it waits in ``_objects`` to be linked, and nothing compiles it."""
-    code = object_cache.load(ir_text, pipeline_description())
+    code = object_cache.load(ir_text, pipeline)
     if code is not None:
         _objects[ir_text] = code
     return code is not None

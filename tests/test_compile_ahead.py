@@ -55,7 +55,7 @@ def test_needed_texts_are_compiled_and_guesses_linked_later(fresh_jit, monkeypat
     jit.compile_ahead([texts[0]], guesses=[texts[2]])  # compiled already: nothing to do
     assert not jit._objects
     jit._engines.pop(texts[0])
-    object_cache.DEFAULT_FOLDER = str(tmp_path / "none yet")  # nor on disk (monkeypatched: undone after)
+    monkeypatch.setattr(object_cache, "DEFAULT_FOLDER", str(tmp_path / "none yet"))  # nor on disk
     jit.compile_ahead([texts[0]], guesses=[texts[2]])
     assert list(jit._objects) == [texts[2]]  # compiled by the helper, not linked yet
     assert jit._objects[texts[2]][:4] == b"\x7fELF"
