@@ -14,7 +14,10 @@ by the next compile. Files are written under a temp name and renamed, so concurr
 processes (a Dask cluster's workers on one machine) see whole files or none. The folder is
 ``objects/`` in the transform cache's folder (``$GRAPH_TUNER_CACHE_DIR`` or
 ``~/.cache/graph-tuner``); past :data:`MAX_BYTES` the least recently used files are removed.
-A folder that cannot be written costs the cache, not the run (one warning).
+A folder that cannot be written costs the cache, not the run (one warning). The files are
+code that runs, so one is linked only if no other user can have written it: the file and its two
+folders must be this user's and not writable by all (:func:`_trusted`; group write follows the
+umask, as the folders' other files do); else it is compiled, with one warning.
 
 >>> import tempfile
 >>> folder = tempfile.mkdtemp()
@@ -39,6 +42,7 @@ STALE_TEMP_S = 3600.0  # a temp file this old was left by a writer killed before
 DEFAULT_FOLDER: str | None = None  # None: objects/ in the transform cache's folder (tests set their own)
 _lock = threading.Lock()
 _broken = False  # a store failed: this process stops trying (and said so once)
+_distrusted: set[str] = set()  # folders whose files another user could have written (said so once each)
 _pruned: set[str] = set()  # folders whose size this process has checked
 
 
@@ -73,7 +77,10 @@ def load(ir_text: str, pipeline: str, *, folder: str | os.PathLike | None = None
     damaged file, or no folder: no home folder to put it in)."""
     try:
         path = _path(ir_text, pipeline, folder)
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            if not _trusted(os.fstat(f.fileno()), path):
+                return None
+            data = f.read()
     except (OSError, RuntimeError):
         return None
     head = len(MAGIC) + 32
@@ -84,6 +91,31 @@ def load(ir_text: str, pipeline: str, *, folder: str | os.PathLike | None = None
     except OSError:
         pass
     return data[head:]
+
+
+def _trusted(file: os.stat_result, path: Path) -> bool:
+    """Whether no other user can have written ``path`` (whose stat is ``file``): it, its folder
+    and the cache folder are owned by this user and not writable by all. A planted file would
+    be run as this user's code, checksum or not. Warns once a folder when it is not."""
+    uid = getattr(os, "getuid", lambda: None)()
+    if uid is None:  # no POSIX owners to check (Windows)
+        return True
+    try:
+        stats = (file, os.stat(path.parent), os.stat(path.parent.parent))
+    except OSError:
+        return False
+    if all(st.st_uid == uid and not st.st_mode & 0o002 for st in stats):
+        return True
+    root = str(path.parent.parent)
+    with _lock:
+        first = root not in _distrusted
+        _distrusted.add(root)
+    if first:
+        warnings.warn(f"the compiled-kernel cache {root} holds files or folders another user could have "
+                      "written (not owned by this user, or writable by all); its kernels are compiled, "
+                      "not linked (make the folder this user's and not writable by others, or set "
+                      "GRAPH_TUNER_CACHE_DIR to a folder of your own)", stacklevel=3)
+    return False
 
 
 def store(ir_text: str, code: bytes, pipeline: str, *, folder: str | os.PathLike | None = None) -> bool:

@@ -73,12 +73,15 @@ def _no_waiting_for_the_hosts_fast_phase(monkeypatch):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _fresh_object_cache(tmp_path_factory):
-    """Kernels that earlier test runs compiled are not linked from this machine's disk cache
-    (kernels.object_cache): each session compiles as a fresh machine would, and a test that
-    counts compiles counts the same every run. tests/test_object_cache.py tests the cache."""
+def _fresh_caches(tmp_path_factory):
+    """No test reads or fills this machine's caches (``~/.cache/graph-tuner``): kernels that
+    earlier runs compiled are not linked (kernels.object_cache) and transform timings they took
+    are not read, in this process or in the commands tests start. Each session runs as on a
+    fresh machine, and a test that counts compiles counts the same every run.
+    tests/test_object_cache.py tests the cache; tests that need a folder of their own set it."""
     import kernels.object_cache as object_cache
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(object_cache, "DEFAULT_FOLDER", str(tmp_path_factory.mktemp("objects")))
+        mp.setenv("GRAPH_TUNER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         yield

@@ -185,3 +185,33 @@ def test_pruning_removes_the_least_recently_used_and_stale_temps(folder):
     size = len(object_cache.MAGIC) + 32 + 1000
     assert object_cache.prune(max_bytes=5 * size) == 1 + 2  # the temp; down to 4/5 of 5 files: 4
     assert [i for i in range(6) if object_cache.load(str(i), "p") is not None] == [0, 3, 4, 5]
+
+
+def test_files_another_user_could_have_written_are_compiled_not_linked(folder, monkeypatch, compiles):
+    text = conv2d_ir(WL, CONFIG)
+    jit.compile_ir(text)
+    (path,) = folder.glob("??/*.o")
+    pipeline = jit.pipeline_description()
+    assert object_cache.load(text, pipeline) is not None
+    cases = [(path, 0o666), (path.parent, 0o777), (folder, 0o777)]  # writable by all: file, its folder, the cache
+    for where, mode in cases:
+        old = where.stat().st_mode & 0o777
+        where.chmod(mode)
+        monkeypatch.setattr(object_cache, "_distrusted", set())
+        try:
+            with pytest.warns(UserWarning, match="another user could have written"):
+                assert object_cache.load(text, pipeline) is None
+            with warnings.catch_warnings(record=True) as said:  # one warning a folder
+                warnings.simplefilter("always")
+                jit._engines.clear()
+                before = len(compiles)
+                _check(jit.compile_ir(text))
+            assert len(compiles) == before + 1 and not said
+        finally:
+            where.chmod(old)
+    assert object_cache.load(text, pipeline) is not None
+    # Owned by another user (the files' owner is not who this process runs as).
+    monkeypatch.setattr(object_cache, "_distrusted", set())
+    monkeypatch.setattr(os, "getuid", lambda: path.stat().st_uid + 1)
+    with pytest.warns(UserWarning, match="not owned by this user"):
+        assert object_cache.load(text, pipeline) is None
