@@ -36,8 +36,8 @@ def check_environment() -> None:
 
 
 def check_cache_dir() -> None:
-    """Raise :class:`GraphTunerError` unless the layout-transform cache's folder
-    (``GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``) is, or can be made, a
+    """Raise :class:`GraphTunerError` unless the caches' folder (layout-transform timings and
+    compiled kernels; ``GRAPH_TUNER_CACHE_DIR``, else ``~/.cache/graph-tuner``) is, or can be made, a
     folder we can write into. Nothing is created: the first folder on the way that exists
     is tried with a temporary file (permission bits do not stop root; a read-only file
     system or sysfs does)."""
@@ -56,5 +56,6 @@ def check_cache_dir() -> None:
             reason = f"{existing}: {e.strerror}"
     env = os.environ.get("GRAPH_TUNER_CACHE_DIR")
     where = f"GRAPH_TUNER_CACHE_DIR={env}" if env else str(folder)
-    raise GraphTunerError(f"{where}: cannot write the layout-transform cache there ({reason}); "
+    raise GraphTunerError(f"{where}: cannot write the caches there (layout-transform timings, "
+                          f"compiled kernels; {reason}); "
                           "set GRAPH_TUNER_CACHE_DIR to a writable folder")

@@ -229,7 +229,7 @@ def test_unwritable_cache_dir_is_one_line_naming_the_variable(tmp_path, monkeypa
     blocker.write_text("")
     monkeypatch.setenv("GRAPH_TUNER_CACHE_DIR", str(blocker))
     log = tmp_path / "t.log"
-    message = f"GRAPH_TUNER_CACHE_DIR={blocker}: cannot write the layout-transform cache"
+    message = f"GRAPH_TUNER_CACHE_DIR={blocker}: cannot write the caches there"
     with pytest.raises(GraphTunerError, match=re.escape(message)):
         tune_fake([(W1, 1)], log, trials=2, transforms=True)
     assert log.read_text() == ""  # refused before anything was measured
