@@ -13,7 +13,8 @@ or changed is not linked (LLVM would crash on it, not raise) but read as a miss,
 by the next compile. Files are written under a temp name and renamed, so concurrent
 processes (a Dask cluster's workers on one machine) see whole files or none. The folder is
 ``objects/`` in the transform cache's folder (``$GRAPH_TUNER_CACHE_DIR`` or
-``~/.cache/graph-tuner``); past :data:`MAX_BYTES` the least recently used files are removed.
+``~/.cache/graph-tuner``); past :data:`MAX_BYTES` the least recently used files are removed
+(checked at a process's first store, and again after each fifth of the cap it writes).
 A folder that cannot be written costs the cache, not the run (one warning). The files are
 code that runs, so one is linked only if no other user can have written it: the file and its two
 folders must be this user's and not writable by all (:func:`_trusted`; group write follows the
@@ -43,7 +44,11 @@ DEFAULT_FOLDER: str | None = None  # None: objects/ in the transform cache's fol
 _lock = threading.Lock()
 _broken = False  # a store failed: this process stops trying (and said so once)
 _distrusted: set[str] = set()  # folders whose files another user could have written (said so once each)
-_pruned: set[str] = set()  # folders whose size this process has checked
+# Folder -> bytes this process has stored there since it last checked the folder's size (absent:
+# never checked). A long process (a cluster worker tuning model after model) checks again each
+# time it has written a fifth of the cap, so the folder stays near MAX_BYTES, not MAX_BYTES plus
+# all it ever wrote.
+_written: dict[str, int] = {}
 
 
 def key(ir_text: str, pipeline: str) -> str:
@@ -148,11 +153,12 @@ def store(ir_text: str, code: bytes, pipeline: str, *, folder: str | os.PathLike
         if tmp is not None:
             _unlink(str(tmp))
         return False
-    root = folder_path(folder)
-    with _lock:
-        first = str(root) not in _pruned
-        _pruned.add(str(root))
-    if first:  # once a process: the folder's size, and the temp files of killed writers
+    root = str(folder_path(folder))
+    with _lock:  # first store of the process, or a fifth of the cap written since the last check
+        written = _written.get(root)
+        due = written is None or written + len(code) > MAX_BYTES // 5
+        _written[root] = 0 if due else written + len(code)
+    if due:  # the folder's size, and the temp files of killed writers
         try:
             prune(root)
         except OSError:  # a folder we cannot list: the cache still works

@@ -215,3 +215,14 @@ def test_files_another_user_could_have_written_are_compiled_not_linked(folder, m
     monkeypatch.setattr(os, "getuid", lambda: path.stat().st_uid + 1)
     with pytest.warns(UserWarning, match="not owned by this user"):
         assert object_cache.load(text, pipeline) is None
+
+
+def test_a_long_process_keeps_the_folder_near_its_cap(folder, monkeypatch):
+    size = len(object_cache.MAGIC) + 32 + 1000
+    monkeypatch.setattr(object_cache, "MAX_BYTES", 10 * size)
+    monkeypatch.setattr(object_cache, "_written", {})
+    for i in range(60):  # six caps' worth in one process
+        assert object_cache.store(str(i), bytes(1000), "p")
+        held = sum(p.stat().st_size for p in folder.glob("??/*.o"))
+        assert held <= 10 * size + 10 * size // 5 + size, (i, held)  # the cap, plus at most a fifth of it
+    assert object_cache.load("59", "p") is not None  # the newest kept
