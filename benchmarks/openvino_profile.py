@@ -12,6 +12,11 @@ CPU. Each round takes OpenVINO's profile over ``repeat`` runs (each node's media
 program's (:meth:`Program.profile`), and both runs unprofiled; a figure is its median over the
 rounds, so both sides see the host in the same states. Both profiles are scaled as ours is,
 so that a profile's kinds sum to its own median profiled run.
+
+``--layers KIND`` (e.g. ``1x1``) lists that kind's conv steps one by one as well: ours against the
+OpenVINO node that ran the same conv (the node whose fused layers, its ``originalLayersNames``,
+include one of the step's ops), with the ratio and both sides' GFLOP/s, so a gap in a kind's sum
+can be traced to the shapes it comes from.
 """
 from __future__ import annotations
 
@@ -55,9 +60,9 @@ def scaled(by_kind: dict[str, float], run_ms: float) -> dict[str, float]:
     return {k: ms * run_ms / total for k, ms in by_kind.items()} if total else by_kind
 
 
-def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float]:
+def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float, dict[str, float]]:
     """``{primitive: ms}`` (each node's median over ``repeat`` runs, summed by primitive, scaled
-    to the median run) and the median profiled run."""
+    to the median run), the median profiled run and ``{node: median ms}`` (unscaled)."""
     per_node, kind, walls = collections.defaultdict(list), {}, []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -70,7 +75,40 @@ def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float]:
     for node, ms in per_node.items():
         by_kind[kind[node]] += float(np.median(ms))
     run_ms = float(np.median(walls)) * 1e3
-    return scaled(by_kind, run_ms), run_ms
+    return scaled(by_kind, run_ms), run_ms, {node: float(np.median(ms)) for node, ms in per_node.items()}
+
+
+def fused_names(compiled) -> dict[str, tuple[str, set[str]]]:
+    """``{node: (primitive, the model's layers fused into it)}`` from OpenVINO's runtime graph."""
+    out = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        out[op.get_friendly_name()] = (rt["primitiveType"].astype(str),
+                                       set(rt["originalLayersNames"].astype(str).split(",")))
+    return out
+
+
+def layer_rows(model, steps: dict[str, list[float]], profiled_steps: dict, kind: str,
+               nodes: dict[str, list[float]], fused: dict[str, tuple[str, set[str]]]) -> None:
+    """Print ``kind``'s conv steps against the OpenVINO nodes that ran them (medians over rounds)."""
+    owner = {layer: node for node, (_, layers) in fused.items() for layer in layers}
+    print(f"  {kind} convs one by one (ms, median over rounds; GFLOP/s; OpenVINO's time / ours):")
+    ours_sum = theirs_sum = 0.0
+    for name, times in steps.items():
+        ops = profiled_steps[name].ops
+        if our_kind(model, profiled_steps[name]) != f"conv {kind}":
+            continue
+        node = next((owner[o] for o in ops if o in owner), None)
+        conv = next(o for o in ops if model.op(o).kind == "conv2d")
+        gflop = model.workload(conv).flops / 1e9
+        ours = float(np.median(times))
+        theirs = float(np.median(nodes[node])) if node in nodes else float("nan")
+        ours_sum, theirs_sum = ours_sum + ours, theirs_sum + theirs
+        wl = model.workload(conv)
+        shape = f"{wl.data_shape[1]}->{wl.kernel_shape[0]} @{wl.data_shape[2]}x{wl.data_shape[3]}"
+        print(f"    {conv:<34} {shape:<20} ours {ours:7.3f} ({gflop / ours * 1e3:4.0f})  OpenVINO {theirs:7.3f} "
+              f"({gflop / theirs * 1e3:4.0f}, {fused.get(node, ('?',))[0]})  {theirs / ours:5.2f}x")
+    print(f"    sum: ours {ours_sum:.3f} ms, OpenVINO {theirs_sum:.3f} ({theirs_sum / ours_sum:.3f}x)")
 
 
 
@@ -79,6 +117,7 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=20, help="runs per profile (default 20)")
+    ap.add_argument("--layers", metavar="KIND", help="also list this kind's conv steps one by one (e.g. 1x1)")
     args = ap.parse_args()
     try:
         model = load_model(args.model)
@@ -98,8 +137,13 @@ def main() -> None:
     ours: dict[str, list[float]] = collections.defaultdict(list)
     theirs: dict[str, list[float]] = collections.defaultdict(list)
     runs: dict[str, list[float]] = collections.defaultdict(list)
+    nodes: dict[str, list[float]] = collections.defaultdict(list)
+    steps: dict[str, list[float]] = collections.defaultdict(list)
+    profiled_steps: dict = {}  # name -> the step (its ops and category)
     for _ in range(args.rounds):
-        by_kind, profiled_ms = openvino_profile(request, x, args.repeat)
+        by_kind, profiled_ms, per_node = openvino_profile(request, x, args.repeat)
+        for node, ms in per_node.items():
+            nodes[node].append(ms)
         runs["OpenVINO profiled"].append(profiled_ms)
         for k, ms in by_kind.items():
             theirs[k].append(ms)
@@ -108,6 +152,8 @@ def main() -> None:
         summed: dict[str, float] = collections.defaultdict(float)
         for s in prog.profile(repeat=args.repeat).steps:
             summed[our_kind(model, s)] += s.median_ms
+            steps[s.name].append(s.median_ms)
+            profiled_steps[s.name] = s
         for k, ms in summed.items():
             ours[k].append(ms)
     print(f"{model.name}: {args.rounds} rounds of {args.repeat} runs, {num_threads()} threads; medians over "
@@ -119,6 +165,8 @@ def main() -> None:
         for k, ms in rows:
             if ms >= 0.005:
                 print(f"    {k:<34} {ms:8.3f} ms")
+    if args.layers:
+        layer_rows(model, steps, profiled_steps, args.layers, nodes, fused_names(profiled))
 
 
 if __name__ == "__main__":
