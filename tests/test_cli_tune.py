@@ -143,6 +143,17 @@ def test_output_that_is_a_directory_exits_2_naming_it(tiny_onnx, tmp_path, capsy
     assert err == f"graph-tuner: error: -o {tmp_path} is a folder; give a file path"
 
 
+@pytest.mark.parametrize("command", ["tune", "solve"])
+def test_output_dash_exits_2_and_writes_no_file_named_dash(command, tiny_onnx, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.log").touch()  # refused before anything reads it
+    args = ["--trials", "1"] if command == "tune" else ["--records", "t.log"]
+    assert main([command, str(tiny_onnx), "-o", "-", *args, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graph-tuner: error: -o -: outputs are files") and "/dev/stdout" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "-").exists()
+
+
 @pytest.fixture
 def fake_tune(tiny_onnx, tmp_path, monkeypatch):
     """A log path and the `tune` arguments that fill it fast: conv and transform timings faked,
