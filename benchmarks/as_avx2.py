@@ -40,6 +40,13 @@ def main() -> None:
     avx2 = ",".join("-" + f[1:] if f[1:].startswith("avx512") or f[1:] == "evex512" else f for f in host)
     llvm.get_host_cpu_features = lambda: _Features(avx2)
     llvm.get_host_cpu_name = lambda: "znver3"
+    import kernels.jit
+    from kernels.cache_folder import default_cache_dir
+
+    # Helper processes would compile for the real CPU (the patch is this process's), and their
+    # objects would be stored under this one's key: compile here only, in a cache of its own.
+    kernels.jit._helpers = False
+    os.environ["GRAPH_TUNER_CACHE_DIR"] = str(default_cache_dir() / "as-avx2")
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # the script's own imports

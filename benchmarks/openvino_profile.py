@@ -62,7 +62,8 @@ def scaled(by_kind: dict[str, float], run_ms: float) -> dict[str, float]:
 
 def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float, dict[str, float]]:
     """``{primitive: ms}`` (each node's median over ``repeat`` runs, summed by primitive, scaled
-    to the median run), the median profiled run and ``{node: median ms}`` (unscaled)."""
+    to the median run), the median profiled run and ``{node: median ms}`` (scaled alike, as our
+    steps are)."""
     per_node, kind, walls = collections.defaultdict(list), {}, []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -75,7 +76,8 @@ def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float, 
     for node, ms in per_node.items():
         by_kind[kind[node]] += float(np.median(ms))
     run_ms = float(np.median(walls)) * 1e3
-    return scaled(by_kind, run_ms), run_ms, {node: float(np.median(ms)) for node, ms in per_node.items()}
+    return scaled(by_kind, run_ms), run_ms, scaled({node: float(np.median(ms)) for node, ms in per_node.items()},
+                                                   run_ms)
 
 
 def fused_names(compiled) -> dict[str, tuple[str, set[str]]]:
@@ -90,26 +92,45 @@ def fused_names(compiled) -> dict[str, tuple[str, set[str]]]:
 
 def layer_rows(model, steps: dict[str, list[float]], profiled_steps: dict, kind: str,
                nodes: dict[str, list[float]], fused: dict[str, tuple[str, set[str]]]) -> None:
-    """Print ``kind``'s conv steps against the OpenVINO nodes that ran them (medians over rounds)."""
-    owner = {layer: node for node, (_, layers) in fused.items() for layer in layers}
+    """Print ``kind``'s conv steps against the OpenVINO nodes that ran their convs (medians over
+    rounds); the sums cover the matched steps only."""
+    owner: dict[str, list[str]] = collections.defaultdict(list)
+    for node, (_, layers) in fused.items():
+        for layer in layers:
+            owner[layer].append(node)
     print(f"  {kind} convs one by one (ms, median over rounds; GFLOP/s; OpenVINO's time / ours):")
     ours_sum = theirs_sum = 0.0
+    unmatched, shared = [], collections.Counter()
+    rows = []
     for name, times in steps.items():
-        ops = profiled_steps[name].ops
-        if our_kind(model, profiled_steps[name]) != f"conv {kind}":
+        step = profiled_steps[name]
+        if our_kind(model, step) != f"conv {kind}":
             continue
-        node = next((owner[o] for o in ops if o in owner), None)
-        conv = next(o for o in ops if model.op(o).kind == "conv2d")
-        gflop = model.workload(conv).flops / 1e9
-        ours = float(np.median(times))
-        theirs = float(np.median(nodes[node])) if node in nodes else float("nan")
+        at = next(i for i, o in enumerate(step.ops) if model.op(o).kind == "conv2d")
+        conv = step.ops[at]
+        # The node that ran the conv: OpenVINO's names for a fused conv are its epilogue's (the
+        # conv's own name is folded away), so the first of the conv's and its epilogue's ops that
+        # a node holds names it (a residual add further on may be fused into the other branch's
+        # conv), not a prologue's op before it (a separate eltwise node); a convolution first.
+        first = next((o for o in step.ops[at:] if o in owner), None)
+        held = sorted(owner.get(first, []), key=lambda n: "conv" not in fused[n][0])
+        node = held[0] if held else None
+        if node not in nodes or np.median(nodes[node]) <= 0:
+            unmatched.append(conv)
+            continue
+        shared[node] += 1
+        rows.append((conv, model.workload(conv), float(np.median(times)), float(np.median(nodes[node])), node))
+    for conv, wl, ours, theirs, node in rows:
+        gflop = wl.flops / 1e9
         ours_sum, theirs_sum = ours_sum + ours, theirs_sum + theirs
-        wl = model.workload(conv)
         shape = f"{wl.data_shape[1]}->{wl.kernel_shape[0]} @{wl.data_shape[2]}x{wl.data_shape[3]}"
+        mark = "  (node shared)" if shared[node] > 1 else ""
         print(f"    {conv:<34} {shape:<20} ours {ours:7.3f} ({gflop / ours * 1e3:4.0f})  OpenVINO {theirs:7.3f} "
-              f"({gflop / theirs * 1e3:4.0f}, {fused.get(node, ('?',))[0]})  {theirs / ours:5.2f}x")
-    print(f"    sum: ours {ours_sum:.3f} ms, OpenVINO {theirs_sum:.3f} ({theirs_sum / ours_sum:.3f}x)")
-
+              f"({gflop / theirs * 1e3:4.0f}, {fused[node][0]})  {theirs / ours:5.2f}x{mark}")
+    if rows:
+        print(f"    sum of {len(rows)}: ours {ours_sum:.3f} ms, OpenVINO {theirs_sum:.3f} ({theirs_sum / ours_sum:.3f}x)")
+    if unmatched:
+        print(f"    no OpenVINO node timed for {len(unmatched)}: {', '.join(unmatched)}")
 
 
 def main() -> None:
@@ -126,6 +147,13 @@ def main() -> None:
     params = model.params(0)
     x = seeded_input(model)
     prog = compile_model(model, solve_log(model, shipped_log(model.name)), params)
+    if args.layers:  # before the rounds: a kind no step has is a typo, said now
+        args.layers = args.layers.removeprefix("conv ")
+        kinds = sorted({k.removeprefix("conv ") for k in (our_kind(model, s) for s in prog.steps)
+                        if k.startswith("conv ")})
+        if args.layers not in kinds:
+            ap.error(f"--layers {args.layers}: no conv steps of that kind in {model.name}'s plan; "
+                     f"its kinds: {', '.join(kinds)}")
     prog.set_inputs(x)
     with tempfile.TemporaryDirectory() as folder:
         profiled = openvino_compiled(model, params, num_threads(), Path(folder), PERF_COUNT=True)
