@@ -87,7 +87,7 @@ def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> 
     >>> check_paths({}, {"-o": "-"})
     Traceback (most recent call last):
     ...
-    graph_tuner.errors.GraphTunerError: -o -: outputs are files (a log is written as it is measured, or renamed into place); give a path, or /dev/stdout to see it
+    graph_tuner.errors.GraphTunerError: -o -: outputs are files here, not standard output; give a path, or /dev/stdout to see it
     """
     from graph_tuner.atomic import special_file
     from graph_tuner.errors import GraphTunerError
@@ -95,8 +95,8 @@ def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> 
     seen: list[tuple[str, str]] = [(opt, str(p)) for opt, p in inputs.items() if p is not None]
     for opt, path in ((o, str(p)) for o, p in outputs.items() if p is not None):
         if path == "-":  # the shell's "standard output": here it made a file named "-"
-            raise GraphTunerError(f"{opt} -: outputs are files (a log is written as it is measured, or renamed "
-                                  "into place); give a path, or /dev/stdout to see it")
+            raise GraphTunerError(f"{opt} -: outputs are files here, not standard output; give a path, "
+                                  "or /dev/stdout to see it")
         if os.path.isdir(path):
             raise GraphTunerError(f"{opt} {path} is a folder; give a file path")
         if special_file(path):  # /dev/null, a pipe: written through (graph_tuner.atomic), no folder needed
