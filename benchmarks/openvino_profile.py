@@ -15,8 +15,8 @@ so that a profile's kinds sum to its own median profiled run.
 
 ``--layers KIND`` (e.g. ``1x1``) lists that kind's conv steps one by one as well: ours against the
 OpenVINO node that ran the same conv (the node whose fused layers, its ``originalLayersNames``,
-include one of the step's ops), with the ratio and both sides' GFLOP/s, so a gap in a kind's sum
-can be traced to the shapes it comes from.
+hold the conv or the first of its epilogue's ops: :func:`layer_rows`), with the ratio and both
+sides' GFLOP/s, so a gap in a kind's sum can be traced to the shapes it comes from.
 """
 from __future__ import annotations
 
@@ -72,12 +72,12 @@ def openvino_profile(request, x, repeat: int) -> tuple[dict[str, float], float, 
         for p in request.get_profiling_info():
             per_node[p.node_name].append(p.real_time.total_seconds() * 1e3)
             kind[p.node_name] = p.exec_type
+    medians = {node: float(np.median(ms)) for node, ms in per_node.items()}
     by_kind: dict[str, float] = collections.defaultdict(float)
-    for node, ms in per_node.items():
-        by_kind[kind[node]] += float(np.median(ms))
+    for node, ms in medians.items():
+        by_kind[kind[node]] += ms
     run_ms = float(np.median(walls)) * 1e3
-    return scaled(by_kind, run_ms), run_ms, scaled({node: float(np.median(ms)) for node, ms in per_node.items()},
-                                                   run_ms)
+    return scaled(by_kind, run_ms), run_ms, scaled(medians, run_ms)
 
 
 def fused_names(compiled) -> dict[str, tuple[str, set[str]]]:
