@@ -46,11 +46,15 @@ def shipped_models() -> list[str]:
 
 def shipped_log(model: str) -> Path | None:
     """The shipped log of ``model`` tuned on this CPU; failing that, another CPU's (whose
-    times are that machine's: ``GraphTuner`` warns about it)."""
-    from kernels.jit import host_cpu
+    times are that machine's: ``GraphTuner`` warns about it), one with this CPU's vector width
+    where there is one: an AVX-512 CPU's register tiles (twice the lanes) spill on an AVX2 one."""
+    from kernels.jit import cpu_lanes, host_cpu
 
-    logs = shipped_logs(model)
-    return logs.get(host_cpu().name) or next(iter(logs.values()), None)
+    logs, host = shipped_logs(model), host_cpu()
+    if host.name in logs:
+        return logs[host.name]
+    alike = [path for cpu, path in logs.items() if cpu_lanes(cpu) == host.lanes]
+    return next(iter(alike or logs.values()), None)
 
 
 def folder_log(folder, model: str) -> Path:

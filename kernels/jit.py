@@ -87,6 +87,23 @@ def host_cpu() -> HostCPU:
                    _cache_bytes(1, 32 << 10), min(_cache_bytes(3, 32 << 20), L3_CAP_BYTES))
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_lanes(cpu: str) -> int:
+    """f32 lanes of the widest vectors LLVM gives the CPU it calls ``cpu`` (16 with AVX-512, 8
+    with AVX, else 4; :func:`host_cpu` counts the host's by its features). LLVM is asked: a
+    16-lane add compiled for that CPU shows which registers it has. A name LLVM does not know
+    gets the 64-bit baseline (4): without ``+64bit`` LLVM would abort the process.
+
+    >>> cpu_lanes("znver3"), cpu_lanes("znver4"), cpu_lanes("x86-64"), cpu_lanes("no-such-cpu")
+    (8, 16, 4, 4)
+    """
+    _initialise()
+    module = llvm.parse_assembly("define <16 x float> @f(<16 x float> %a, <16 x float> %b) {\n"
+                                 "  %c = fadd <16 x float> %a, %b\n  ret <16 x float> %c\n}\n")
+    asm = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features="+64bit").emit_assembly(module)
+    return 16 if "zmm" in asm else 8 if "ymm" in asm else 4
+
+
 # The last-level cache one process can hold, at most. A VM's sysfs gives the host socket's
 # whole L3 (480 MiB on the session-23 Xeon), while a tenant's reads fell to memory speed past
 # 32-64 MiB; rotating weights through 1.5x 480 MiB to keep them cold

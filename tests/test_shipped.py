@@ -35,6 +35,21 @@ def test_this_cpus_log_comes_first_then_any_other(data):
     assert shipped.shipped_models() == ["m", "n"]
 
 
+@pytest.mark.parametrize("host, lanes, chosen", [("haswell", 8, "znver3"), ("sapphirerapids", 16, "emeraldrapids"),
+                                                 ("x86-64", 4, "emeraldrapids")])
+def test_without_this_cpus_log_another_of_its_vector_width_comes_first(data, monkeypatch, host, lanes, chosen):
+    """On a CPU no log was tuned on, an AVX2 one gets the AVX2 CPU's log, not the AVX-512 one
+    that sorts first (whose register tiles of twice the lanes spill there); with no log of its
+    width, the first."""
+    import dataclasses
+
+    from kernels import jit
+
+    monkeypatch.setattr(jit, "host_cpu", lambda: dataclasses.replace(host_cpu.__wrapped__(), name=host, lanes=lanes))
+    logs = {cpu: _ship(data, cpu, "m") for cpu in ("emeraldrapids", "znver3")}
+    assert shipped.shipped_log("m") == logs[chosen]
+
+
 def test_each_shipped_log_sits_in_the_folder_of_the_cpu_it_was_tuned_on():
     logs = [(cpu, path) for model in shipped.shipped_models() for cpu, path in shipped.shipped_logs(model).items()]
     assert logs, "data/ ships no logs"
