@@ -75,7 +75,7 @@ from kernels.depthwise import build_depthwise, check_depthwise, depthwise_ir, ru
 from kernels.activations import ACTIVATIONS, activation_key, activation_spec, epilogue
 from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, IntrinsicSet, arg_ptr, decompose,
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache, search_build
 from kernels.packing import pack_weight
 from kernels.threads import num_threads, parallel_entry_ir
 from kernels.workload import Conv2DWorkload
@@ -1116,7 +1116,7 @@ class Conv2DKernel(Kernel):
     def __init__(self, workload: Conv2DWorkload, config: Conv2DConfig, bias: bool, residual: bool,
                  activation: str | tuple | None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
-                 prologue_activation: str | tuple | None = None, rows_first: bool = False):
+                 prologue_activation: str | tuple | None = None, rows_first: bool = False, search: bool = False):
         N, IC, H, W = workload.data_shape
         OH, OW = workload.out_height, workload.out_width
         icb = config.ic_bn
@@ -1135,8 +1135,8 @@ class Conv2DKernel(Kernel):
             scratch = [np.zeros((N, IC // icb, H + t + b, W + l + r, icb), np.float32)]
         elif compact_input(workload) is not None:
             scratch = [np.zeros((N, IC // icb, OH, OW, icb), np.float32)]
-        super().__init__(compile_ir(ir), "conv2d", shapes, scratch or [np.zeros(1, np.float32)],
-                         conv2d_scalars(workload, config))
+        super().__init__(compile_ir(search_build(ir) if search else ir), "conv2d", shapes,
+                         scratch or [np.zeros(1, np.float32)], conv2d_scalars(workload, config))
 
 
 def supported(workload: Conv2DWorkload, config: Conv2DConfig) -> bool:
@@ -1169,11 +1169,13 @@ def depthwise_epilogue(workload: Conv2DWorkload, config: Conv2DConfig, epilogue:
     return {k: epilogue[k] for k in ("bias", "residual", "activation", "row_means") if k in epilogue}
 
 
-def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, **epilogue) -> str:
+def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, search: bool = False, **epilogue) -> str:
     """The IR text :func:`build_conv2d` compiles for these arguments (so that it can be
     compiled ahead, :func:`kernels.jit.compile_ahead`); raises ValueError where it would."""
     depthwise = depthwise_epilogue(workload, config, epilogue)
-    return conv2d_ir(workload, config, **epilogue) if depthwise is None else depthwise_ir(workload, config, **depthwise)
+    if depthwise is not None:
+        return depthwise_ir(workload, config, **depthwise)
+    return search_build(conv2d_ir(workload, config, **epilogue)) if search else conv2d_ir(workload, config, **epilogue)
 
 
 @kernel_cache()
@@ -1181,10 +1183,11 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
                  activation: str | tuple | None = None, affine_out: bool = False,
                  affine_activation: str | tuple | None = None, prologue: bool = False,
                  prologue_activation: str | tuple | None = None, rows_first: bool = False,
-                 row_means: bool = False) -> Conv2DKernel:
+                 row_means: bool = False, search: bool = False) -> Conv2DKernel:
     """Generate, compile and cache the conv2d kernel for a workload, schedule and epilogue
     (activations: a name or a ``(name, *params)`` tuple, hashable for the cache);
-    ``rows_first``: see :func:`takes_rows_first`.
+    ``rows_first``: see :func:`takes_rows_first`; ``search``: compiled as the search's
+    kernels are (:func:`kernels.jit.search_build`; not depthwise ones).
 
     The weight is packed in blocks of :func:`reduction_block` input channels (``ic_bn`` but
     where a grouped conv's input block holds several groups): ``pack_weight(w,
@@ -1202,4 +1205,4 @@ def build_conv2d(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     if row_means:
         raise ValueError(f"{NO_ROW_MEANS}: {workload}, {config}")
     return Conv2DKernel(workload, config, bias, residual, activation, affine_out, affine_activation, prologue,
-                        prologue_activation, rows_first)
+                        prologue_activation, rows_first, search)

@@ -244,6 +244,39 @@ def pipeline_description() -> str:
             f"{sorted(TARGET_MACHINE.items())}, passes {sorted(PIPELINE.items())}")
 
 
+# The first line of a kernel built to be timed by the search (:func:`search_build`). LLVM's loop
+# strength reduction is 17-23% of a conv kernel's compile; without it the search's kernels
+# compiled in 0.65-0.83x the time and ran 0.998-1.001x (geomean) as fast, and the configs it
+# picked ran 1.010-1.021x the LSR build's picks, under a noise baseline of 1.020-1.12
+# (benchmarks/lsr_ranks.py, session 49); 8 DenseNet-121 searches took 0.84x the wall time.
+# A plan's kernels keep it. As part of the text it keys
+# every cache apart (here, on disk, in helpers) and travels to the compile helpers.
+SEARCH_BUILD = "; graph-tuner: a search's build, without loop strength reduction\n"
+
+
+def search_build(ir_text: str) -> str:
+    """``ir_text`` marked to compile as the search's kernels do (:data:`SEARCH_BUILD`).
+
+    >>> search_build("declare void @f()").splitlines() == [SEARCH_BUILD.strip(), "declare void @f()"]
+    True
+    """
+    return ir_text if ir_text.startswith(SEARCH_BUILD) else SEARCH_BUILD + ir_text
+
+
+@contextmanager
+def _codegen_options(ir_text: str):
+    """LLVM's process-wide options as ``ir_text`` is compiled with (``_lock`` held, or a helper's
+    one thread)."""
+    search = ir_text.startswith(SEARCH_BUILD)
+    if search:
+        llvm.set_option("", "-disable-lsr=true")
+    try:
+        yield
+    finally:
+        if search:
+            llvm.set_option("", "-disable-lsr=false")
+
+
 def _parsed(ir_text: str) -> llvm.ModuleRef:
     module = llvm.parse_assembly(ir_text)
     module.triple = _target_machine().triple
@@ -271,7 +304,8 @@ def compile_ir(ir_text: str, cache: bool = True) -> CompiledModule:
             engine.finalize_object()
             compiled = CompiledModule(engine)
         else:
-            compiled = _jit(_parsed(ir_text), ir_text if cache else None)
+            with _codegen_options(ir_text):  # MCJIT generates code in _jit's finalize_object
+                compiled = _jit(_parsed(ir_text), ir_text if cache else None)
         if cache:
             _engines[ir_text] = compiled
         return compiled
@@ -341,7 +375,8 @@ def object_code(ir_text: str) -> bytes:
     _initialise()
     module = _parsed(ir_text)
     _optimise(module)
-    return _target_machine().emit_object(module)
+    with _codegen_options(ir_text):
+        return _target_machine().emit_object(module)
 
 
 HELPER_TIMEOUT = 120.0  # seconds: a helper slower than this on one kernel is taken for stuck

@@ -672,6 +672,9 @@ class KernelTimer:
     (AutoTVM's ``enable_cpu_cache_flush``) read ResNet-50's 23% slower on znver3, with
     per-layer errors from -20% to +100%, which misranked configs.
 
+    Its kernels compile as the search's (:func:`kernels.jit.search_build`: without loop strength
+    reduction, which ranks them the same in about three quarters of the compile time).
+
     ``epilogues`` gives a workload's fused epilogue (``build_conv2d``'s keyword arguments):
     the kernel is then timed with it, on random bias / residual / second-output buffers.
     A residual read and a second output are memory traffic the bare conv does not have.
@@ -740,7 +743,7 @@ class KernelTimer:
         epilogue = dict(self.epilogues.get(workload, {}))
         conv = self.winograd.get(workload)
         if conv is None:
-            return (kernel_ir if ir else build_conv2d)(workload, config, **epilogue)
+            return (kernel_ir if ir else build_conv2d)(workload, config, search=True, **epilogue)
         return (winograd_ir if ir else build_winograd)(conv, config, **winograd_epilogue(epilogue))
 
     def __call__(self, workload: Conv2DWorkload, config: Conv2DConfig) -> float:

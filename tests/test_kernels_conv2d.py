@@ -14,13 +14,15 @@ from kernels.activations import ACTIVATIONS
 from kernels.reference import activate, conv2d_nchw
 
 
-def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None, rows_first=False):
+def run_and_compare(wl, cfg, *, bias=False, residual=False, activation=None, seed=0, nthreads=None, rows_first=False,
+                    search=False):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(wl.data_shape, dtype=np.float32)
     w = rng.standard_normal(wl.kernel_shape, dtype=np.float32)
     b = rng.standard_normal(wl.out_channels, dtype=np.float32) if bias else None
     res = rng.standard_normal(wl.out_shape, dtype=np.float32) if residual else None
-    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first)
+    k = build_conv2d(wl, cfg, bias=bias, residual=residual, activation=activation, rows_first=rows_first,
+                     search=search)
     out = np.full(k.output_shape, np.nan, np.float32)  # every output must be written
     run = k.bind(to_blocked(x, cfg.ic_bn), pack_weight(w, reduction_block(wl, cfg), cfg.oc_bn), out, bias=b,
                  residual=None if res is None else to_blocked(res, cfg.oc_bn), nthreads=nthreads)
@@ -105,6 +107,22 @@ def test_fused_epilogue(bias, residual, activation):
         assert got.max() == pytest.approx(6.0) and got.min() == 0.0  # clipping really happened
     if activation == "relu":
         assert got.min() == 0.0
+
+
+def test_a_search_build_compiles_without_lsr_and_computes_the_same():
+    """The search's kernels (kernels.jit.search_build) compile without loop strength reduction,
+    into other object code, and still match the reference; the option is back for the next."""
+    from kernels.conv2d import kernel_ir
+    from kernels.jit import object_code, search_build
+
+    wl, cfg = Conv2DWorkload((1, 64, 14, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1)), Conv2DConfig(16, 16, 7)
+    plan = kernel_ir(wl, cfg, bias=True)
+    assert kernel_ir(wl, cfg, search=True, bias=True) == search_build(plan) != plan
+    plain = object_code(plan)
+    assert object_code(search_build(plan)) != plain
+    assert object_code(plan) == plain
+    searched = run_and_compare(wl, cfg, bias=True, search=True)
+    np.testing.assert_array_equal(searched, run_and_compare(wl, cfg, bias=True))
 
 
 def test_one_thread_and_all_threads_agree():

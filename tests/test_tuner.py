@@ -188,7 +188,8 @@ def test_kernel_timer_reports_build_errors_as_tvm_codes():
 
 
 def test_kernel_timer_times_the_fused_epilogue(calls_to):
-    """A workload's epilogue (residual read, second output) is built and fed real buffers."""
+    """A workload's epilogue (residual read, second output) is built and fed real buffers, as
+    the search's build (kernels.jit.search_build)."""
     import kernels.conv2d as conv2d
     from kernels.config import Conv2DConfig
 
@@ -197,9 +198,9 @@ def test_kernel_timer_times_the_fused_epilogue(calls_to):
     built = calls_to(conv2d, "build_conv2d")
     timer = tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2, epilogues={w: epilogue})
     assert timer(w, Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=4)) > 0
-    assert [kw for _, kw in built] == [epilogue]
+    assert [kw for _, kw in built] == [dict(epilogue, search=True)]
     assert tuner_mod.KernelTimer(min_repeat_ms=1, repeat=2)(w, Conv2DConfig(ic_bn=16, oc_bn=16, ow_bn=4)) > 0
-    assert built[-1][1] == {}
+    assert built[-1][1] == {"search": True}
 
 
 def test_a_timing_runs_only_its_repeats_cold_and_a_finalist_keeps_its_arguments(cold_calls, calls_to,
