@@ -8,8 +8,9 @@ Per workload: the build time (IR generation + LLVM, CPU seconds) each way; the n
 time of each config (median over configs, and the range); the config each build would pick and
 what the no-LSR pick costs when run with LSR, against the LSR pick ("loss"). The noise
 baseline is the same loss between two halves of the LSR build's own rounds: a loss below it
-is not a misranking this measurement can see. Compiles in this process only, into object
-cache folders of its own.
+is not a misranking this measurement can see. The builds are the tuner's and the executor's
+own (``build_conv2d(..., search=True)`` and without), compiled in this process into an
+object cache folder of its own.
 """
 from __future__ import annotations
 
@@ -24,29 +25,19 @@ from pathlib import Path
 
 os.environ["GRAPH_TUNER_CACHE_DIR"] = tempfile.mkdtemp()  # before kernels picks its folder
 
-import llvmlite.binding as llvm  # noqa: E402
-
 from graph_tuner.records import read_records  # noqa: E402
-from kernels import jit, object_cache  # noqa: E402
 from kernels.config_space import entity_config  # noqa: E402
 from kernels.conv2d import build_conv2d, supported  # noqa: E402
 from kernels.timing import measure  # noqa: E402
 from kernels.tuner import _BoundCalls, kernel_arguments  # noqa: E402
 
-FOLDERS = {lsr: tempfile.mkdtemp() for lsr in (True, False)}  # each build's object cache
-
 
 def build(workload, config, lsr: bool):
-    """The kernel built with or without LSR, and the CPU seconds it took."""
-    llvm.set_option("", f"-disable-lsr={'false' if lsr else 'true'}")
-    object_cache.DEFAULT_FOLDER = FOLDERS[lsr]
-    jit.clear_kernel_caches()
-    jit._engines.clear()
+    """The kernel built as a plan's (with LSR) or as the search's (:func:`kernels.jit.search_build`),
+    and the CPU seconds it took (a text of its own: no cache holds it yet)."""
     t0 = time.process_time()
-    try:
-        return build_conv2d(workload, config), time.process_time() - t0
-    finally:
-        llvm.set_option("", "-disable-lsr=false")
+    kernel = build_conv2d(workload, config, search=not lsr)
+    return kernel, time.process_time() - t0
 
 
 def timing(calls) -> float:

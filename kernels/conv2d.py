@@ -1175,7 +1175,8 @@ def kernel_ir(workload: Conv2DWorkload, config: Conv2DConfig, search: bool = Fal
     depthwise = depthwise_epilogue(workload, config, epilogue)
     if depthwise is not None:
         return depthwise_ir(workload, config, **depthwise)
-    return search_build(conv2d_ir(workload, config, **epilogue)) if search else conv2d_ir(workload, config, **epilogue)
+    text = conv2d_ir(workload, config, **epilogue)
+    return search_build(text) if search else text
 
 
 @kernel_cache()

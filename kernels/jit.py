@@ -249,8 +249,8 @@ def pipeline_description() -> str:
 # compiled in 0.65-0.83x the time and ran 0.998-1.001x (geomean) as fast, and the configs it
 # picked ran 1.010-1.021x the LSR build's picks, under a noise baseline of 1.020-1.12
 # (benchmarks/lsr_ranks.py, session 49); 8 DenseNet-121 searches took 0.84x the wall time.
-# A plan's kernels keep it. As part of the text it keys
-# every cache apart (here, on disk, in helpers) and travels to the compile helpers.
+# A plan's kernels keep it. Being part of the text, the mark keys every cache apart (in this
+# process, on disk) and reaches the compile helpers with the text.
 SEARCH_BUILD = "; graph-tuner: a search's build, without loop strength reduction\n"
 
 
