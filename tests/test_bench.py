@@ -356,3 +356,31 @@ def test_the_goal_weighs_rivals_by_their_paired_ratio_not_their_medians():
     runs["openvino"]["vs_graph_tuned"] = {"ratio": 1.15, "interval90": [1.11, 1.19]}
     t = bench.target(runs, roofline_ms=17.8)
     assert t["met"] and t["clear"]
+
+
+def test_the_roofline_line_says_when_winograd_convs_multiply_less_than_it_counts():
+    """A share of the FMA peak over 100% (ResNet-18's plan read 160%) is a plan whose Winograd
+    convs do fewer multiplications than the direct convs the roofline counts: the line says how
+    many of its convs run so, and says nothing for a plan without any."""
+    import dataclasses
+
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.executor import uniform_plan
+    from graph_tuner.records import make_conv2d_record, read_records
+    from graph_tuner.winograd import gemm_of
+    from kernels.config_space import tuning_space
+
+    b = GraphBuilder("three")
+    x = b.relu(b.conv(b.input((1, 32, 16, 16)), 32, 3, padding=1, name="a"))
+    x = b.relu(b.conv(x, 32, 3, padding=1, name="b"))
+    plan = uniform_plan(b.build(b.conv(x, 32, 1, name="c")), 16)
+    assert bench.winograd_note(plan) == ""
+    first = plan.layers[0]
+    gemm = gemm_of(first.workload)
+    space = tuning_space(gemm)
+    config = dataclasses.replace(first.candidate.config, ow_bn=1, unroll_kw=False)
+    entity = space.config_entity(config)
+    rec = read_records([make_conv2d_record(gemm, entity, space.index(entity), [1e-3], "llvm")]).records[0]
+    first = dataclasses.replace(first, candidate=dataclasses.replace(first.candidate, record=rec, config=config))
+    note = bench.winograd_note(dataclasses.replace(plan, layers=[first, *plan.layers[1:]]))
+    assert "1 of its 3 run as Winograd" in note
