@@ -19,7 +19,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from graph_tuner.host_state import (FORK_JOIN_CALLS, PROBE_VERSION, describe as 
 from graph_tuner.plan_run import prediction_checks, seeded_input
 from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import OTHER_RUNTIMES, onnxruntime_runner, openvino_runner, pytorch_runner
+
+if TYPE_CHECKING:
+    from graph_tuner.plan import Plan
 
 HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
 FORK_JOIN_PROBE = "fork_join_probe"  # the thread pool's fork-join, timed in the same rounds
@@ -188,7 +191,7 @@ def bench_model(name: str, *, work_dir: Path, trials: int = 40, repeat: int = 30
     return entry
 
 
-def winograd_note(plan) -> str:
+def winograd_note(plan: Plan) -> str:
     """What a share of the FMA peak means for a plan with Winograd convs: the roofline counts the
     FLOPs of direct convs, and Winograd F(4x4, 3x3) multiplies less (ResNet-18's plan read 160%)."""
     from graph_tuner.winograd import runs_winograd
