@@ -19,7 +19,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -28,12 +28,10 @@ from graph_tuner.bench_history import OUR_PLANS, find_regressions, previous_resu
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import (FORK_JOIN_CALLS, PROBE_VERSION, describe as describe_host, fork_join_call,
                                     probe_call)
+from graph_tuner.plan import Plan
 from graph_tuner.plan_run import prediction_checks, seeded_input
 from graph_tuner.rounds import paired_ratio, timed_rounds
 from graph_tuner.runtimes import OTHER_RUNTIMES, onnxruntime_runner, openvino_runner, pytorch_runner
-
-if TYPE_CHECKING:
-    from graph_tuner.plan import Plan
 
 HOST_PROBE = "host_probe"  # a one-thread conv timed in the rounds next to the runtimes
 FORK_JOIN_PROBE = "fork_join_probe"  # the thread pool's fork-join, timed in the same rounds

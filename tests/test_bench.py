@@ -366,21 +366,12 @@ def test_the_roofline_line_says_when_winograd_convs_multiply_less_than_it_counts
 
     from graph_tuner.builder import GraphBuilder
     from graph_tuner.executor import uniform_plan
-    from graph_tuner.records import make_conv2d_record, read_records
-    from graph_tuner.winograd import gemm_of
-    from kernels.config_space import tuning_space
+    from winograd_plans import as_winograd
 
     b = GraphBuilder("three")
     x = b.relu(b.conv(b.input((1, 32, 16, 16)), 32, 3, padding=1, name="a"))
     x = b.relu(b.conv(x, 32, 3, padding=1, name="b"))
     plan = uniform_plan(b.build(b.conv(x, 32, 1, name="c")), 16)
     assert bench.winograd_note(plan) == ""
-    first = plan.layers[0]
-    gemm = gemm_of(first.workload)
-    space = tuning_space(gemm)
-    config = dataclasses.replace(first.candidate.config, ow_bn=1, unroll_kw=False)
-    entity = space.config_entity(config)
-    rec = read_records([make_conv2d_record(gemm, entity, space.index(entity), [1e-3], "llvm")]).records[0]
-    first = dataclasses.replace(first, candidate=dataclasses.replace(first.candidate, record=rec, config=config))
-    note = bench.winograd_note(dataclasses.replace(plan, layers=[first, *plan.layers[1:]]))
+    note = bench.winograd_note(dataclasses.replace(plan, layers=[as_winograd(plan.layers[0]), *plan.layers[1:]]))
     assert "1 of its 3 run as Winograd" in note

@@ -202,27 +202,15 @@ def test_a_plan_runs_its_winograd_layers(make):
     import dataclasses
 
     from graph_tuner.executor import compile_model, run_reference, uniform_plan
-    from graph_tuner.records import make_conv2d_record, read_records
     from graph_tuner.winograd import gemm_of
     from graph_tuner.zoo.resnet import resnet
-    from kernels.config_space import tuning_space
     from kernels.winograd import WinogradKernel
+    from winograd_plans import as_winograd
 
     # ResNet-18: 3x3 convs on 32x32 down to 4x4 images (Winograd from 8x8)
     m = resnet(18, image_size=128) if make == "resnet" else _stem()
     plan = uniform_plan(m, 16)
-    layers = []
-    for lc in plan.layers:
-        gemm = gemm_of(lc.workload)
-        if gemm is not None:
-            space = tuning_space(gemm)
-            config = dataclasses.replace(lc.candidate.config, ow_bn=1, unroll_kw=False)  # in any GEMM's space
-            entity = space.config_entity(config)
-            rec = read_records([make_conv2d_record(gemm, entity, space.index(entity), [1e-3], "llvm")]).records[0]
-            lc = dataclasses.replace(lc, candidate=dataclasses.replace(lc.candidate, record=rec, config=config,
-                                                                       is_fallback=False))
-        layers.append(lc)
-    plan = dataclasses.replace(plan, layers=layers)
+    plan = dataclasses.replace(plan, layers=[as_winograd(lc) for lc in plan.layers])
     params = m.params(seed=1)
     x = np.random.default_rng(1).standard_normal(m.op(m.inputs[0]).shape, dtype=np.float32)
     prog = compile_model(m, plan, params)
