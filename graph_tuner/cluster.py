@@ -41,6 +41,7 @@ left out 1 worker whose CPU is not znver3 (the first worker's) for the one log x
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -54,6 +55,7 @@ from typing import Any, Callable, Sequence
 from graph_tuner.cluster_jobs import (ConvJob, ExchangeJob, JobReport, TransformJob, describe_worker, probe_worker,
                                       run_conv_job, run_exchange_job, run_transform_job, transform_key, worker_label)
 from graph_tuner.errors import GraphTunerError
+from graph_tuner.log_lock import log_lock
 from graph_tuner.records import conv_input_key, transform_input_key
 from graph_tuner.tuning import (DEFAULT_TRIALS, LogState, WorkloadSummary, finalist_budget, logged, prepare_log,
                                 sibling_groups, transforms_to_measure)
@@ -533,6 +535,7 @@ def tune_on_cluster(
     budget = trial_budget(workloads, trials)  # before connecting: a bad --trials fails at once
     client, owned = connect(cluster)
     run = None
+    locks = contextlib.ExitStack()  # each log's write lock (graph_tuner.log_lock), held to the end
     start, wall_start = time.perf_counter(), time.time()
     try:
         workers = measuring_workers(client)
@@ -543,6 +546,7 @@ def tune_on_cluster(
             print_fn(f"warning: host {host} runs several measuring workers: their timings disturb each other; "
                      f"start one worker per machine with --resources {RESOURCE}=1")
         for g in groups:
+            locks.enter_context(log_lock(g.path))
             g.path = prepare_log(g.path)
             g.state = logged(g.path, g.target)
         n = sum(len(g.workers) for g in groups)
@@ -585,6 +589,7 @@ def tune_on_cluster(
     finally:
         if run is not None:
             run.close()
+        locks.close()
         if owned:
             client.close()
 

@@ -682,18 +682,19 @@ def _conv_read(env: dict, obj: Mapping, where: str) -> tuple[int, float | None]:
         return rec.config_index, None
 
 
-def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[str, Record | TransformRecord | None]]:
-    """Each line of a plain-text log with the record of ``kind`` it holds (a :class:`RecordLog`
-    list: ``records``, the convs, or ``transforms``), if it holds exactly one usable one (else
-    None): for rewriting a log, keeping every other line as it is."""
+def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[bytes, Record | TransformRecord | None]]:
+    """Each line of a plain-text log, as bytes, with the record of ``kind`` it holds (a
+    :class:`RecordLog` list: ``records``, the convs, or ``transforms``), if it holds exactly
+    one usable one (else None): for rewriting a log, keeping every other line as it is, a
+    comment in another encoding than UTF-8 too."""
     out = []
     # bytes.splitlines, as _file_lines: str.splitlines also splits at U+2028 inside a JSON string
-    for line in (raw.decode("utf-8") for raw in Path(path).read_bytes().splitlines()):
+    for raw in Path(path).read_bytes().splitlines():
         try:
-            (rec,) = getattr(read_records([line]), kind)
-        except (GraphTunerError, ValueError):
+            (rec,) = getattr(read_records([raw.decode("utf-8")]), kind)
+        except (GraphTunerError, ValueError):  # UnicodeDecodeError too: not a record
             rec = None
-        out.append((line, rec))
+        out.append((raw, rec))
     return out
 
 
@@ -739,14 +740,18 @@ def log_problem(path: str | os.PathLike) -> str | None:
             raw = f.readline(_HEAD_LIMIT)
             if not raw:
                 return None  # empty, or comments and blank lines only
+            if lineno == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM, as read_records drops it
+            finished = raw.endswith(b"\n")
+            if not finished and len(raw) >= _HEAD_LIMIT:
+                return f"line {lineno} is not a JSON record"
+            if not raw.strip() or raw.lstrip().startswith(b"#"):
+                continue  # a comment in any encoding, as read_records reads it
             try:
                 text = raw.decode("utf-8").strip()
             except UnicodeDecodeError:
                 return f"line {lineno} is not a JSON record"
-            finished = raw.endswith(b"\n")
-            if not finished and len(raw) >= _HEAD_LIMIT:
-                return f"line {lineno} is not a JSON record"
-            if text and not text.startswith("#"):
+            if text:
                 if _is_record(text) or (not finished and _torn_record(text)):
                     return None
                 return f"line {lineno} is not a JSON record"
@@ -754,22 +759,35 @@ def log_problem(path: str | os.PathLike) -> str | None:
 
 
 def torn_tail(data: bytes) -> int | None:
-    """Where a log's unfinished last line (no newline: a kill mid-write) starts, if it is
-    the torn start of a record to cut off; None if there is none, or if the line is a
-    complete JSON value or anything else (a comment, a line someone typed): not ours to cut.
+    """Where the torn start of a record at the end of a log (no line break after it: a kill
+    mid-write) begins, to cut it off; None if there is none. The last line is read as
+    :func:`_line_objects` reads it (lines split as :func:`_file_lines` splits them, so at
+    ``\\r`` too), object by object: whole records before the torn one are kept, and a line
+    that is anything else (a complete record, a comment, a line someone typed, bytes that
+    are not UTF-8) is not ours to cut.
 
     >>> torn_tail(b'{"a": 1}\\n{"inp'), torn_tail(b'{"a": 1}\\n{"a": 1}'), torn_tail(b"# note")
     (9, None, None)
+    >>> torn_tail(b'{"a": 1} {"a": 2} {"input": ['), torn_tail(b'{"a": 1}\\r{"a": 1}')
+    (17, None)
     """
-    if not data or data.endswith(b"\n"):
+    if not data or data.endswith((b"\n", b"\r")):
         return None
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:].decode("utf-8", errors="replace").strip()
+    last = data.splitlines(keepends=True)[-1]
     try:
-        json.loads(tail)
+        text = last.decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    except ValueError:
-        return cut if tail.startswith("{") else None
+    plain = text.translate(_TYPOGRAPHIC_QUOTES)  # as _line_objects reads it; one character for one
+    decoder, kept, pos = json.JSONDecoder(), 0, len(plain) - len(plain.lstrip())
+    while pos < len(plain):
+        try:
+            _, kept = decoder.raw_decode(plain, pos)  # kept: the end of the line's last whole object
+        except (ValueError, RecursionError):
+            torn = _torn_record(plain[pos:].rstrip())
+            return len(data) - len(last) + len(text[:kept].encode("utf-8")) if torn else None
+        pos = len(plain) - len(plain[kept:].lstrip())
+    return None
 
 
 # --- writing ----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ so one log carries both.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shlex
@@ -55,6 +56,7 @@ from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
 from graph_tuner.layout_flow import layout_name
+from graph_tuner.log_lock import writes_log
 from graph_tuner.records import (EXCHANGE_ORIGIN, GZIP_MAGIC, ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key, format_record,
                                  log_problem, logged_records, make_conv2d_record, make_transform_record, read_records,
                                  record_lines, torn_tail, transform_input_key)
@@ -192,8 +194,11 @@ def _refuse_compressed(path: Path, head: bytes) -> None:
     which a gzip stream is not."""
     if head == GZIP_MAGIC:
         plain = path.with_suffix("") if path.suffix == ".gz" else path.with_name(path.name + ".log")
-        if plain.exists():  # never suggest overwriting a file
-            plain = path.with_name(f"{plain.stem}.unpacked{plain.suffix or '.log'}")
+        stem, suffix = plain.stem, plain.suffix or ".log"
+        for n in itertools.count(1):  # never suggest overwriting a file
+            if not plain.exists():
+                break
+            plain = path.with_name(f"{stem}.unpacked{'' if n == 1 else n}{suffix}")
         raise GraphTunerError(f"{path}: a gzip-compressed log, and tune appends records as plain text; left as "
                               f"it is; unpack it (gunzip -c {shlex.quote(str(path))} > {shlex.quote(str(plain))}) "
                               f"and name {plain} for -o")
@@ -206,9 +211,9 @@ def repair_tail(path: str | os.PathLike) -> bool:
     """Cut a partial last line (a kill mid-write) off a log; True if anything was cut.
 
     Only a log (:func:`check_log`, else :class:`GraphTunerError` and nothing changes) is
-    repaired, and only its last line, if it has no newline: a complete JSON value is
-    kept (newline added), the unfinished start of a record is cut, anything else (a
-    comment, a line someone typed) is kept and gets its newline: not ours to delete.
+    repaired, and only its last line, if it has no newline: the unfinished start of a record
+    is cut (:func:`torn_tail`), whole records before it on that line kept; what is left, or
+    anything else (a comment, a line someone typed), gets its newline: not ours to delete.
     """
     path = check_log(path)
     try:
@@ -218,11 +223,11 @@ def repair_tail(path: str | os.PathLike) -> bool:
     if not data or data.endswith(b"\n"):
         return False
     cut = torn_tail(data)
+    kept = data if cut is None else data[:cut]
     with open(path, "r+b") as f:
-        if cut is not None:
-            f.truncate(cut)
-        else:
-            f.seek(len(data))
+        f.truncate(len(kept))
+        if kept and not kept.endswith((b"\n", b"\r")):
+            f.seek(len(kept))
             f.write(b"\n")
     return cut is not None
 
@@ -346,6 +351,7 @@ def _open_log(path: Path):
         raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
 
 
+@writes_log("path")
 def append_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
     """Append ``records`` (record dicts) to the log, one line each, flushed."""
     with _open_log(prepare_log(path)) as log:
@@ -365,6 +371,7 @@ def prepare_log(path: str | os.PathLike) -> Path:
     return path
 
 
+@writes_log("log_path")
 def tune_workloads(
     workloads: Sequence[tuple[Conv2DWorkload, int]],
     log_path: str | os.PathLike,
@@ -492,6 +499,7 @@ def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searche
         print_fn(f"siblings' fastest configs: {made} timings on the others in {time.perf_counter() - t0:.1f} s")
 
 
+@writes_log("log_path")
 def retime_workloads(
     workloads: Sequence[tuple[Conv2DWorkload, int]],
     log_path: str | os.PathLike,
@@ -516,7 +524,7 @@ def retime_workloads(
     """
     from tqdm import tqdm
 
-    from graph_tuner.atomic import atomic_write_text
+    from graph_tuner.atomic import atomic_write_all
     from graph_tuner.candidates import layer_candidates, match_key
     from kernels.tuner import CONFIRM_ROUNDS, retime
 
@@ -569,11 +577,12 @@ def retime_workloads(
                 if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN}
     for w, ms in timings:
         kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
-                                                  else EXCHANGE_ORIGIN)) for m in ms]
-    atomic_write_text(path, "\n".join(kept) + "\n")
+                                                  else EXCHANGE_ORIGIN)).encode() for m in ms]
+    atomic_write_all({path: b"\n".join(kept) + b"\n"})
     return len(replaced)
 
 
+@writes_log("log_path")
 def retime_transforms(log_path: str | os.PathLike, *, measure: Callable | None = None, progress: bool = True) -> int:
     """Time this host's layout transforms in the log again, cached or not, and replace their
     records (each key once; :func:`kernels.transform_bench.measure_transforms`, which caches
@@ -582,7 +591,7 @@ def retime_transforms(log_path: str | os.PathLike, *, measure: Callable | None =
     read again after the timings and rewritten through a temporary file, like
     :func:`retime_workloads`; a key whose new timing is not a time keeps its records.
     Returns the number of transforms re-timed."""
-    from graph_tuner.atomic import atomic_write_text
+    from graph_tuner.atomic import atomic_write_all
     from graph_tuner.record_checks import transform_key
     from kernels.transform_bench import measure_transforms
 
@@ -601,9 +610,9 @@ def retime_transforms(log_path: str | os.PathLike, *, measure: Callable | None =
     if not seconds:
         return 0
     kept = [line for line, rec in record_lines(path, "transforms") if key(rec) not in seconds]
-    kept += [format_record(make_transform_record(k[0], layout_name(k[1]), layout_name(k[2]), t, target))
+    kept += [format_record(make_transform_record(k[0], layout_name(k[1]), layout_name(k[2]), t, target)).encode()
              for k, t in seconds.items()]
-    atomic_write_text(path, "\n".join(kept) + "\n")
+    atomic_write_all({path: b"\n".join(kept) + b"\n"})
     return len(seconds)
 
 
@@ -761,6 +770,7 @@ def transforms_to_measure(keys: Iterable, present: set[str], target: str) -> lis
             if k[1] != k[2] and transform_input_key(k[0], layout_name(k[1]), layout_name(k[2]), target) not in present]
 
 
+@writes_log("log_path")
 def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, *, progress: bool = True,
                       measure: Callable | None = None, on_time: Callable | None = None,
                       present: set[str] | None = None) -> int:
@@ -795,6 +805,7 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
     return added
 
 
+@writes_log("log_path")
 def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate: bool = False,
                **kwargs) -> list[WorkloadSummary]:
     """:func:`tune_workloads` over a model's distinct conv workloads (a :class:`Model` or a name/path),
@@ -868,6 +879,7 @@ def logging_measure(log_path: str | os.PathLike, measure_transform: Callable | N
 CALIBRATION_ROUNDS = 6
 
 
+@writes_log("log_path")
 def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_fn=lambda s: None,
                   if_needed: bool = False, measure_transform: Callable | None = None, tuner=None) -> int:
     """The last step of ``tune``: solve the log as ``solve`` does (times taken alone), run that
@@ -906,6 +918,7 @@ def calibrate_log(model, log_path: str | os.PathLike, *, top_k: int = 20, print_
     return len(records)
 
 
+@writes_log("log_path")
 def settle_transforms(model, log_path: str | os.PathLike, *, top_k: int = 20, passes: int = 4,
                       measure_transform: Callable | None = None) -> tuple[int, Any, Any]:
     """Solve the log as ``solve`` does (other steps costed, in-network ratios applied),
@@ -940,6 +953,7 @@ def _log_tuner(model, log_path: str | os.PathLike, top_k: int, *, fresh_steps: b
     return gt
 
 
+@writes_log("log_path")
 def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     """:func:`retime_workloads` over a model's distinct conv workloads, each timed with the
     fused epilogue its layers run; then its layout transforms (:func:`retime_transforms`) and

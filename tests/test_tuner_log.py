@@ -154,6 +154,22 @@ def test_repair_tail_cuts_only_a_torn_record_off_a_log(tmp_path):
     assert not repair_tail(p) and p.read_text() == "# comments only\n\n"
 
 
+@pytest.mark.parametrize("data, kept, cut", [
+    # three records pasted on one line, no newline at the end (solve reads all three)
+    (f"{REC} {REC} {REC}", f"{REC} {REC} {REC}\n", False),
+    # two whole records and a torn third on the last line: only the torn one goes
+    (f"{REC}\n{REC} {REC}  {REC[:50]}", f"{REC}\n{REC} {REC}\n", True),
+    # a log with old Mac line ends, which solve reads line by line
+    (f"{REC}\r{REC}\r{REC}", f"{REC}\r{REC}\r{REC}\n", False),
+    (f"{REC}\r{REC}\r{REC[:20]}", f"{REC}\r{REC}\r", True),
+])
+def test_repair_tail_keeps_every_whole_record_of_the_last_line(tmp_path, data, kept, cut):
+    p = tmp_path / "x.log"
+    p.write_bytes(data.encode())
+    assert repair_tail(p) == cut
+    assert p.read_bytes() == kept.encode()
+
+
 @pytest.mark.parametrize("data", [
     b"\x08\x07\x12\x0bpytorch\x1a\x051.13:\x8f\x01\n\x0c\n\x01x",  # the head of an .onnx model
     bytes(range(256)) * 4,  # binary without a newline where a record's would be
@@ -407,6 +423,16 @@ def test_retime_replaces_the_finalists_records_and_keeps_everything_else(tmp_pat
     now = {(c.in_block, c.out_block): (c.record.config_index, c.time) for c in cands}
     for c in finalists[W1]:
         assert now[(c.in_block, c.out_block)] == (c.record.config_index, pytest.approx(3 * c.time))
+
+
+def test_a_log_with_a_bom_and_a_comment_not_in_utf8_is_tuned_and_retimed_keeping_them(tmp_path):
+    log = tmp_path / "t.log"
+    head = b"\xef\xbb\xbf# tuned by J\xf6rg\n"  # read_records reads such a log: so must tune
+    log.write_bytes(head)
+    tune_fake([(W1, 1)], log, trials=6, confirm=2)
+    assert retime_workloads([(W1, 1)], log, measure=lambda w, c: 2 * fake(w, c), confirm=2, progress=False) == 2
+    data = log.read_bytes()
+    assert data.startswith(head) and data.count(b"\n") == 1 + len(read_records(log).records)
 
 
 def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
