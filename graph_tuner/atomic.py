@@ -12,13 +12,19 @@ A symbolic link is followed: its target is replaced, and the link stays. An outp
 not a regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written through, as
 ``open(path, "w")`` would, after the regular files are in place: a rename would replace the
 device itself (``solve -o /dev/null`` run as root once left ``/dev/null`` a regular file).
+One of this process's open files named by descriptor (``/dev/stdout``, ``/dev/fd/N``,
+``/proc/self/fd/N``) is written to that descriptor, even when it is a regular file (``solve
+-o /dev/stdout >> notes.txt``): a rename would replace the user's file, and opening it again
+would empty it.
 """
 from __future__ import annotations
 
 import contextlib
 import glob
 import os
+import re
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -79,6 +85,40 @@ def special_file(path: str | os.PathLike) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev|proc/(?:self|thread-self|(?P<pid>\d+)))/fd/(?P<fd>\d+)")
+
+
+def own_descriptor(path: str | os.PathLike) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/3``,
+    ``/proc/self/fd/1``), if it names one that is open; else None.
+
+    >>> own_descriptor("/dev/stdout"), own_descriptor("/proc/self/fd/2"), own_descriptor("plan.log")
+    (1, 2, None)
+    """
+    text = os.path.normpath(os.fspath(path))
+    fd = _STREAMS.get(text)
+    m = _FD_PATH.fullmatch(text)
+    if m and (m["pid"] is None or int(m["pid"]) == os.getpid()):
+        fd = int(m["fd"])
+    if fd is None:
+        return None
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return fd
+
+
+def _write_descriptor(fd: int, data: bytes) -> None:
+    for stream in (sys.stdout, sys.stderr):  # what was printed before comes first
+        with contextlib.suppress(Exception):
+            stream.flush()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
     atomic_write_all({path: text})
@@ -100,8 +140,8 @@ def atomic_write_all(outputs: Mapping[str | os.PathLike, str | bytes]) -> None:
         for path, content in outputs.items():
             current = Path(path)
             data = content.encode("utf-8") if isinstance(content, str) else content
-            if special_file(current):  # opened by its own name: /dev/stdout's link resolves only so
-                through.append((current, data))
+            if special_file(current) or own_descriptor(current) is not None:
+                through.append((current, data))  # by its own name: /dev/stdout's link resolves only so
                 continue
             current = Path(os.path.realpath(current))  # a link's target, so that the link stays one
             fd, tmp = _temp_beside(current)
@@ -113,6 +153,9 @@ def atomic_write_all(outputs: Mapping[str | os.PathLike, str | bytes]) -> None:
         for tmp, current in temps:
             os.replace(tmp, current)
         for current, data in through:
+            if (fd := own_descriptor(current)) is not None:
+                _write_descriptor(fd, data)
+                continue
             with open(current, "wb") as f:
                 f.write(data)
     except OSError as e:

@@ -503,6 +503,24 @@ def load_onnx(path: str | os.PathLike, batch: int | None = None) -> Model:
     return Model(name, ops, outputs, initializers=imp.params)
 
 
+def external_data_files(path: str | os.PathLike) -> list[Path]:
+    """The files an ONNX model keeps its tensors' data in (``onnx.save(...,
+    save_as_external_data=True)``), which loading it reads too: outputs must not go over them.
+    A file that is not a readable model has none (loading it says why).
+
+    >>> external_data_files("/no/such/model.onnx")
+    []
+    """
+    try:
+        proto = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception:  # protobuf raises DecodeError, RuntimeError, ... on bad bytes
+        return []
+    tensors = [*proto.graph.initializer, *(a.t for n in proto.graph.node for a in n.attribute if a.HasField("t"))]
+    names = {e.value for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    return [Path(path).parent / n for n in sorted(names)]
+
+
 def _check_against_onnx(proto: onnx.ModelProto, imp: _Importer) -> None:
     """Compare our shapes with onnx's inference where it knows them (catches misreads)."""
     fixed = onnx.ModelProto()

@@ -120,3 +120,32 @@ def test_standard_output_by_name_is_written_through(tmp_path):
     code = "from graph_tuner.atomic import atomic_write_text; atomic_write_text('/dev/stdout', 'to the pipe\\n')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "to the pipe\n" and os.path.islink("/dev/stdout")
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_standard_output_sent_to_a_file_is_appended_to_not_replaced(tmp_path, name):
+    """`solve -o /dev/stdout >> notes.txt`: /dev/stdout then resolves to notes.txt, a regular
+    file, which a rename replaced (the notes gone, and the report printed to the old file).
+    The records go through the descriptor, after what was printed before."""
+    import subprocess
+    import sys
+
+    if not os.path.exists(name):
+        pytest.skip(f"no {name} here")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    code = ("from graph_tuner.atomic import atomic_write_all; print('report', flush=False); "
+            f"atomic_write_all({{{name!r}: 'records\\n', {str(tmp_path / 'b.txt')!r}: 'b\\n'}}); print('after')")
+    with open(notes, "a") as out:
+        subprocess.run([sys.executable, "-c", code], stdout=out, check=True)
+    assert notes.read_text() == "my notes\nreport\nrecords\nafter\n"
+    assert (tmp_path / "b.txt").read_text() == "b\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_own_descriptor_only_names_this_processs_open_ones():
+    assert atomic.own_descriptor("/dev/stdout") == 1
+    assert atomic.own_descriptor(f"/proc/{os.getpid()}/fd/2") == 2
+    assert atomic.own_descriptor("/proc/1/fd/1") is None  # another process's
+    assert atomic.own_descriptor("/dev/fd/987654") is None  # not open
+    assert atomic.own_descriptor("/tmp/dev/fd/1") is None

@@ -209,6 +209,12 @@ def test_run_takes_transform_costs_from_a_tuning_log(files, tmp_path, capsys):
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))
     assert main([*argv, "--transform-records", str(tmp_path / "nope.log")]) == 2
     assert "nope.log: no such file" in capsys.readouterr().err
+    with open(tuning_log, "a") as f:  # a damaged line: the error names the option that skips it, which run has
+        f.write('{"input": ["llvm", "layout_transform"\n')
+    assert main([*argv, "--no-retime", "--transform-records", str(tuning_log)]) == 2
+    assert f"{tuning_log}:{len(tuning_log.read_text().splitlines())}: not a valid" in capsys.readouterr().err
+    assert main([*argv, "--no-retime", "--transform-records", str(tuning_log), "--skip-bad-lines"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] > 0
 
 
 def test_a_run_whose_profile_and_median_disagree_says_so():

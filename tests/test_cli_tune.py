@@ -105,6 +105,27 @@ def test_output_that_is_not_a_log_exits_2_and_is_left_byte_identical(kind, tiny_
     assert out.read_bytes() == before
 
 
+@pytest.mark.parametrize("command", [
+    ["solve", "--fallback", "--records", "/dev/null", "-o"],
+    ["solve", "--fallback", "--records", "/dev/null", "-o", "plan.log", "--report"],
+    ["run", "--records", "/dev/null", "--save-output"],
+    ["tune", "--trials", "1", "--no-progress", "-o"],
+])
+def test_an_output_over_the_models_weights_file_exits_2_and_leaves_it(command, tiny_onnx, tmp_path, capsys):
+    """A model saved with external data is read with its weights file: `solve ext.onnx -o
+    ext.weights` once cut that file to a plan's records, and the model would no longer load."""
+    import onnx
+
+    model = tmp_path / "ext.onnx"
+    onnx.save(onnx.load(tiny_onnx), model, save_as_external_data=True, location="ext.weights", size_threshold=0)
+    weights = tmp_path / "ext.weights"
+    before = weights.read_bytes()
+    assert main([command[0], str(model), *command[1:], str(weights)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{weights} is also MODEL's weights file ext.weights" in err
+    assert weights.read_bytes() == before
+
+
 def test_a_compressed_log_for_output_exits_2_naming_the_unpack_step(tiny_onnx, tmp_path, capsys):
     """A shipped ``.log.gz`` given to ``-o`` (to re-time it) was refused as "not an AutoTVM
     tuning log"; records cannot be appended to gzip, so the error says how to unpack it."""
@@ -123,6 +144,9 @@ def test_a_compressed_log_for_output_exits_2_naming_the_unpack_step(tiny_onnx, t
     (tmp_path / "resnet-18.log").write_bytes(rec)  # unpacked before: never suggest overwriting it
     assert main(["tune", str(tiny_onnx), "-o", str(out), "--retime", "--no-progress"]) == 2
     assert f"> {tmp_path / 'resnet-18.unpacked.log'}" in capsys.readouterr().err
+    (tmp_path / "resnet-18.unpacked.log").write_bytes(rec)  # and not that one either
+    assert main(["tune", str(tiny_onnx), "-o", str(out), "--retime", "--no-progress"]) == 2
+    assert f"> {tmp_path / 'resnet-18.unpacked2.log'}" in capsys.readouterr().err
     unnamed = tmp_path / "tuned"  # gzip data whatever the name
     unnamed.write_bytes(gzip.compress(rec))
     assert main(["tune", str(tiny_onnx), "-o", str(unnamed), "--trials", "1", "--no-progress"]) == 2

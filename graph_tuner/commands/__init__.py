@@ -75,6 +75,21 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def model_inputs(model: str) -> dict[str, object]:
+    """The files reading MODEL reads, for :func:`check_paths`: the model file (a zoo name is
+    none) and, for an ONNX file, the files its weights are kept in.
+
+    >>> model_inputs("resnet-18")
+    {'MODEL': None}
+    """
+    if not os.path.isfile(model):
+        return {"MODEL": None}
+    from graph_tuner.onnx_import import external_data_files
+
+    data = external_data_files(model) if model.endswith(".onnx") else []
+    return {"MODEL": model, **{f"MODEL's weights file {p.name}": p for p in data}}
+
+
 def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
     """Refuse, before anything runs, an output that is one of the inputs, or the same file as
     another output, or a folder. Keys name the options (``"--records"``), values are paths
@@ -89,7 +104,7 @@ def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> 
     ...
     graph_tuner.errors.GraphTunerError: -o -: outputs are files here, not standard output; give a path, or /dev/stdout to see it
     """
-    from graph_tuner.atomic import special_file
+    from graph_tuner.atomic import own_descriptor, special_file
     from graph_tuner.errors import GraphTunerError
 
     seen: list[tuple[str, str]] = [(opt, str(p)) for opt, p in inputs.items() if p is not None]
@@ -99,7 +114,9 @@ def check_paths(inputs: Mapping[str, object], outputs: Mapping[str, object]) -> 
                                   "or /dev/stdout to see it")
         if os.path.isdir(path):
             raise GraphTunerError(f"{opt} {path} is a folder; give a file path")
-        if special_file(path):  # /dev/null, a pipe: written through (graph_tuner.atomic), no folder needed
+        if own_descriptor(path) is not None:  # /dev/stdout: this process's, written through (graph_tuner.atomic)
+            pass
+        elif special_file(path):  # /dev/null, a pipe: written through (graph_tuner.atomic), no folder needed
             if not os.access(path, os.W_OK):
                 raise GraphTunerError(f"{opt} {path} is not writable; choose another {opt}")
         else:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, positive_int
+from graph_tuner.commands import check_paths, model_inputs, positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the tuning log the plan was solved from: its layout_transform and step timings and "
                         "in-network ratios cost the transforms and other steps as `solve` did (without it they "
                         "are times taken alone, from this CPU's cache or measured once)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="skip the lines of --transform-records that are not valid records, as `solve` does with "
+                        "the same option (default: stop at the first, naming it)")
     p.add_argument("--repeat", type=positive_int, default=30, metavar="N", help="timed runs (default 30)")
     p.add_argument("--input", metavar="X.npy", help="input array (default: seeded random normal)")
     p.add_argument("--save-output", metavar="Y.npy", help="write the (first) output to Y.npy")
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.records).exists():
         raise GraphTunerError(f"{args.records}: no such file; write a graph-tuned log with `graph-tuner solve`")
     check_paths({"--records": args.records, "--transform-records": args.transform_records, "--input": args.input,
-                 "MODEL": args.model if Path(args.model).is_file() else None},
+                 **model_inputs(args.model)},
                 {"--save-output": args.save_output})
     model = load_model(args.model, batch=args.batch)
     shape = model.op(model.inputs[0]).shape
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
         if not Path(args.transform_records).exists():
             raise GraphTunerError(f"{args.transform_records}: no such file; give a log with layout_transform records")
-        tuning = read_records(args.transform_records)
+        tuning = read_records(args.transform_records, skip_bad_lines=args.skip_bad_lines)
         network = InNetworkCosts.from_records(tuning.network, model.name, model.digest)
         if not network:
             print(f"graph-tuner: warning: {args.transform_records}: no in-network ratios of {model.name} at this "

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, nonnegative_int, nonnegative_seconds, positive_int
+from graph_tuner.commands import check_paths, model_inputs, nonnegative_int, nonnegative_seconds, positive_int
 from graph_tuner.errors import GraphTunerError
 
 
@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
         records = folder_log(args.records, log_name(args.model))
     out = Path(args.output or f"{stem}.opt.log")
     # Before anything runs: an output over an input would destroy hours of measurements.
-    model_file = args.model if Path(args.model).is_file() else None
-    check_paths({"--records": records, "--transform-records": args.transform_records, "MODEL": model_file},
+    check_paths({"--records": records, "--transform-records": args.transform_records, **model_inputs(args.model)},
                 {"-o": out, "--report": args.report})
 
     gt = GraphTuner(

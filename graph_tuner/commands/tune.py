@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from graph_tuner.commands import check_paths, positive_int, positive_seconds
+from graph_tuner.commands import check_paths, model_inputs, positive_int, positive_seconds
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     # Before anything runs (loading a big model, probing the host): the log must be a log,
     # and never the model itself (`tune model.onnx -o model.onnx` once cut bytes off it).
     out = Path(args.output)
-    check_paths({"MODEL": args.model if Path(args.model).is_file() else None}, {"-o": out})
+    check_paths(model_inputs(args.model), {"-o": out})
     check_log(out)
     if not args.retime:
         check_cache_dir()
@@ -110,12 +110,11 @@ def run_on_cluster(args: argparse.Namespace, trials: int) -> int:
     from graph_tuner.tuning import check_log, model_workloads
 
     out = Path(args.output)
-    model_file = args.model if Path(args.model).is_file() else None
     if args.output.endswith(("/", os.sep)) or out.is_dir():
         # DIR/<cpu>/MODEL.log: the folder (or its first existing parent) must be writable
-        check_paths({"MODEL": model_file}, {"-o": out / "MODEL.log"})
+        check_paths(model_inputs(args.model), {"-o": out / "MODEL.log"})
     else:
-        check_paths({"MODEL": model_file}, {"-o": out})
+        check_paths(model_inputs(args.model), {"-o": out})
         check_log(out)
     model = load_model(args.model, batch=args.batch)
     if not model.distinct_workloads():
