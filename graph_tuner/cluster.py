@@ -314,9 +314,7 @@ class _Writer:
             if not retiming:  # the search's timings, which the exchange starts from
                 group.state.convs.setdefault(key, {})[index] = msg["seconds"]
             line = msg["line"]
-        f = self.files[group.cpu]
-        f.write(line + "\n")
-        f.flush()
+        self.files[group.cpu].append(line)
         if not (isinstance(job, (ConvJob, ExchangeJob)) and msg["confirmation"]):
             self.counted[job.topic] += 1
             self.bar.update(1)

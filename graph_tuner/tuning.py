@@ -342,13 +342,42 @@ class WorkloadSummary:
                 "times may be inflated: `tune --retime` on a quiet machine re-times the finalists")
 
 
-def _open_log(path: Path):
-    """The log opened for appending (missing folders created, as `solve -o` does)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a", encoding="utf-8")
-    except OSError as e:
-        raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
+class LogFile:
+    """A log open for appending, a line at a time, each written at once (no buffer that a
+    failed write would leave to flush again). A write that fails (a full disk) is a
+    :class:`GraphTunerError` saying the records before it are kept; a line it left half
+    written is cut by the next run (:func:`repair_tail`), which resumes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # missing folders created, as `solve -o` does
+            self.file = open(path, "ab", buffering=0)
+        except OSError as e:
+            raise GraphTunerError(f"{path}: cannot write the tuning log ({e.strerror}); choose another -o") from None
+
+    def append(self, line: str) -> None:
+        data = memoryview(f"{line}\n".encode("utf-8"))
+        try:
+            while data:
+                data = data[self.file.write(data):]
+        except OSError as e:
+            raise GraphTunerError(f"{self.path}: cannot append to the tuning log ({e.strerror}); every record "
+                                  "before this one is kept: make room, then run the same command to resume") from None
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> "LogFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _open_log(path: Path) -> LogFile:
+    """The log opened for appending (:class:`LogFile`)."""
+    return LogFile(path)
 
 
 @writes_log("path")
@@ -356,8 +385,7 @@ def append_records(path: str | os.PathLike, records: Iterable[dict]) -> None:
     """Append ``records`` (record dicts) to the log, one line each, flushed."""
     with _open_log(prepare_log(path)) as log:
         for rec in records:
-            log.write(format_record(rec) + "\n")
-        log.flush()
+            log.append(format_record(rec))
 
 
 def prepare_log(path: str | os.PathLike) -> Path:
@@ -441,8 +469,7 @@ def tune_workloads(
                        unit="trial", disable=not progress, leave=True)
 
             def on_measure(m, summary=summary, bar=bar, w=w, key=key):
-                log.write(format_record(measurement_record(w, m, target)) + "\n")
-                log.flush()
+                log.append(format_record(measurement_record(w, m, target)))
                 summary.add(m)
                 if m.confirmation:
                     return
@@ -485,8 +512,7 @@ def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searche
     bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
 
     def on_exchange(w, m):
-        log.write(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)) + "\n")
-        log.flush()
+        log.append(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)))
         summaries[w].add(m)
         bar.update(1)
 
@@ -796,8 +822,7 @@ def append_transforms(log_path: str | os.PathLike, keys: Sequence, target: str, 
                 on_time(key, seconds)
             if a != b and seconds > 0 and math.isfinite(seconds):
                 rec = make_transform_record(shape, layout_name(a), layout_name(b), seconds, target)
-                log.write(format_record(rec) + "\n")
-                log.flush()
+                log.append(format_record(rec))
                 present.add(transform_input_key(shape, layout_name(a), layout_name(b), target))
                 added += 1
 

@@ -604,3 +604,42 @@ def test_the_other_steps_timings_go_into_the_log_and_a_solve_from_it_times_none(
     legacy = make_step_record("steps", steps[0].name, steps[0].block, "x", 1e-3, host_target())
     legacy["input"][2] = legacy["input"][2][:3]
     assert read_records([legacy]).steps[0].identity is None
+
+
+def test_a_full_disk_while_tuning_is_one_error_and_keeps_the_records_before(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from graph_tuner import tuning
+
+    if os.path.exists("/dev/full"):  # every write there fails with ENOSPC
+        with pytest.raises(GraphTunerError, match="/dev/full: cannot append to the tuning log .No space left"):
+            tuning.LogFile(Path("/dev/full")).append("{}")
+    log = tmp_path / "t.log"
+    lines = []
+    opened = tuning.LogFile.__init__
+
+    class Filling:  # the disk fills on the fourth line, half of which is written
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, data):
+            if len(lines) == 3:
+                self.f.write(bytes(data[:10]))
+                raise OSError(28, "No space left on device")
+            lines.append(bytes(data).decode().rstrip("\n"))
+            return self.f.write(data)
+
+        def close(self):
+            self.f.close()
+
+    def filling(self, path):
+        opened(self, path)
+        self.file = Filling(self.file)
+
+    monkeypatch.setattr(tuning.LogFile, "__init__", filling)
+    with pytest.raises(GraphTunerError, match="t.log: cannot append .* every record before this one is kept"):
+        tune_fake([(W1, 1)], log, trials=8)
+    monkeypatch.setattr(tuning.LogFile, "__init__", opened)
+    assert repair_tail(log)  # the half line goes; the three before stay, and the rerun resumes from them
+    assert log.read_text().splitlines() == lines
+    assert tune_fake([(W1, 1)], log, trials=8)[0].resumed == 3
