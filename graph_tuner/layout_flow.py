@@ -122,6 +122,20 @@ def parse_layout(layout: str) -> int:
     return layout_block(layout)
 
 
+def layout_agnostic(op: Op) -> bool:
+    """Whether ``op`` computes in whatever blocked layout its input has (:data:`AGNOSTIC_KINDS`).
+    A pad that adds channels does not: the input's block need not divide the output's
+    channels, nor do its blocks stay whole (a 16 -> 20 pad once crashed the executor), so it
+    reads and writes plain NCHW.
+
+    >>> layout_agnostic(Op("p", "pad", ["x"], {"pad_width": ((0, 0), (0, 4), (0, 0), (0, 0))}, (1, 20, 8, 8)))
+    False
+    """
+    if op.kind == "pad":
+        return not any(op.attrs["pad_width"][1])
+    return op.kind in AGNOSTIC_KINDS
+
+
 def _is_4d(op: Op) -> bool:
     return len(op.shape) == 4
 
@@ -157,7 +171,7 @@ def analyse(model: Model) -> LayoutFlow:
             decisions[op.name] = Decision(op.name, op.kind, channels)
             source[op.name] = op.name
             require(op.inputs[0], op.name, op.name)
-        elif op.kind in AGNOSTIC_KINDS and len(four_d_inputs) == 1 and _is_4d(op):
+        elif layout_agnostic(op) and len(four_d_inputs) == 1 and _is_4d(op):
             source[op.name] = source[four_d_inputs[0]]
         else:
             # Anything else reads plain NCHW and writes plain.

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.executor import compile_model, plan_from_configs, uniform_plan
 from graph_tuner.fusion import plan_steps
+from graph_tuner.layout_flow import PLAIN, analyse
 from graph_tuner.onnx_import import load_onnx
 from kernels.config import Conv2DConfig
 
@@ -202,6 +203,21 @@ def test_upsample_opset_9(tmp_path, mode):
     nodes = [helper.make_node("Upsample", ["a", "scales"], ["m"], name="up", mode=mode)]
     m = _run(tmp_path, _graph(nodes, [scales], opset=9))
     assert m.op("up").attrs["coord"] == "asymmetric"
+
+
+@pytest.mark.parametrize("pads, channels", [
+    ([0, 0, 1, 2, 0, 0, 1, 0], C),  # spatial only: in its input's layout
+    ([0, 4, 0, 0, 0, 0, 0, 0], C + 4),  # 32 -> 36 channels: no block of 16 or 8 divides them
+    ([0, 2, 1, 0, 0, 2, 0, 1], C + 4),
+])
+def test_pad_in_every_plan_also_one_that_adds_channels(tmp_path, pads, channels):
+    """A channel pad took its input's block (layout_flow): its output's 36 channels in blocks of
+    16, which the executor cannot write (exit 1 from `solve`, `run`, `tune`). It runs plain."""
+    pad = helper.make_node("Pad", ["a", "pads"], ["m"], name="pad", mode="constant")
+    m = _run(tmp_path, _graph([pad], [numpy_helper.from_array(np.array(pads, np.int64), "pads")],
+                              out_shapes=[("m", channels)]))
+    flow = analyse(m)
+    assert (flow.source["pad"] == PLAIN) == (channels != C)
 
 
 def test_split_and_slice_on_channels(tmp_path):

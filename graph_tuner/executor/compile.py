@@ -36,7 +36,7 @@ from graph_tuner.executor.memory import Views, WeightArena, allocate, plan_views
 from graph_tuner.fusion import (BINARY_ELEMENTWISE, Step, activation_of, channel_gate, plan_steps, prologue_data,
                                 step_epilogue)
 from graph_tuner.executor.program import Program, ProgramStep
-from graph_tuner.layout_flow import AGNOSTIC_KINDS, layout_name
+from graph_tuner.layout_flow import layout_agnostic, layout_name
 from graph_tuner.model import Model
 from graph_tuner.plan import Plan
 from kernels.activations import activation_spec
@@ -479,8 +479,8 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weig
     a, k = head.attrs, head.kind
     if s.kind == "elementwise":
         return _elementwise_fn(model, s, params, read, blocks, out)
-    # Pooling and pad compute in their input's layout (layout_flow.AGNOSTIC_KINDS).
-    x = read(head.name, head.inputs[0], blocks[head.name]) if k in AGNOSTIC_KINDS else None
+    # Pooling and pad compute in their input's layout (layout_flow.layout_agnostic).
+    x = read(head.name, head.inputs[0], blocks[head.name]) if layout_agnostic(head) else None
     if k in ("max_pool", "avg_pool"):
         from kernels.pooling import build_pool2d
 
@@ -511,7 +511,8 @@ def _other_fn(model: Model, s: Step, params, read, blocks, out: np.ndarray, weig
     if k == "conv_transpose":  # in its own (decision's) block, which divides C_in and C_out
         return _conv_transpose_fn(model, head, params[head.name], read(head.name, head.inputs[0], blocks[head.name]),
                                   out, blocks[head.name], weights)
-    if k == "pad":
+    if k == "pad":  # in its input's layout, or plain if it adds channels (layout_flow.layout_agnostic)
+        x = read(head.name, head.inputs[0], blocks[head.name])
         return blocked.make_pad(x, out, a["pad_width"], a.get("value", 0.0))
     if k == "concat":
         return blocked.make_concat([read(head.name, i, blocks[head.name]) for i in head.inputs], out, a["axis"])
