@@ -49,12 +49,19 @@ def load_given(spec: str | os.PathLike | Model, batch: int | None = None) -> Mod
 
     >>> load_given("vgg-16", batch=2).op("data").shape
     (2, 3, 224, 224)
+    >>> load_given(load_given("resnet-18"), batch=2)
+    Traceback (most recent call last):
+    ...
+    graph_tuner.errors.GraphTunerError: model 'resnet-18' has batch 1, not 2: build it at batch 2 (load_model(name, batch=2)) or drop batch=
     >>> load_given("resnet-17")
     Traceback (most recent call last):
     ...
     graph_tuner.errors.GraphTunerError: unknown model 'resnet-17'; give an .onnx file or one of: resnet-18, ...
     """
     if isinstance(spec, Model):
+        if batch is not None and batch != spec.batch:  # a Model's shapes are its own: never ignored silently
+            raise GraphTunerError(f"model '{spec.name}' has batch {spec.batch}, not {batch}: build it at batch {batch} "
+                                  f"(load_model(name, batch={batch})) or drop batch=")
         return spec
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH):
         raise GraphTunerError(f"batch must be a positive integer up to {MAX_BATCH}, got {batch!r}")

@@ -279,14 +279,25 @@ class _Importer:
         return False
 
     def binary(self, node, kind):
-        x = self.shape(node) if node.input[0] in self.alias else ()
-        c = self.consts.get(node.input[1])
-        if kind == "add" and c is not None and len(x) >= 2 and c.ndim <= len(x) \
-                and (1,) * (len(x) - c.ndim) + c.shape == (1, x[1]) + (1,) * (len(x) - 2):
-            # A per-channel constant: a bias (as exporters write conv/dense biases).
-            self.emit(node, "bias_add", [self.producer(node, node.input[0])], {"axis": 1}, {"bias": c.reshape(-1)})
+        """Add or Mul (both commute): of two tensors, or of a tensor and a constant."""
+        a, b = node.input[:2]
+        if a in self.consts and a not in self.alias:  # the constant first, as in Add(bias, x)
+            a, b = b, a
+        if b not in self.consts or b in self.alias:
+            self.emit(node, kind, [self.producer(node, a), self.producer(node, b)])
             return
-        self.emit(node, kind, [self.producer(node, i) for i in node.input[:2]])
+        c, x = self.consts[b], self.ops[self.producer(node, a)].shape
+        channels = x[1] if len(x) >= 2 else 0
+        if kind == "add" and channels and c.ndim <= len(x) and (
+                c.size == 1 or (1,) * (len(x) - c.ndim) + c.shape == (1, channels) + (1,) * (len(x) - 2)):
+            # A per-channel constant (or one for every channel): a bias, as exporters write
+            # conv and dense biases.
+            bias = np.broadcast_to(c.reshape(-1), (channels,)).astype(np.float32)
+            self.emit(node, "bias_add", [self.producer(node, a)], {"axis": 1}, {"bias": bias})
+            return
+        raise self.fail(node, f"a constant operand ('{b}', shape {list(c.shape)}) is not supported here: of "
+                              "constants, only a per-channel one added to a tensor (a bias) is; fold it into the "
+                              "conv next to it before export")
 
     def op_Concat(self, node, a):
         self.emit(node, "concat", [self.producer(node, i) for i in node.input], {"axis": int(a["axis"])})
@@ -350,14 +361,30 @@ class _Importer:
         self.resample(node, x, scales, np.zeros(0), "linear" if mode == "bilinear" else mode, "asymmetric",
                       "floor", a)
 
+    def _of_all_axes(self, node, x, axes: list[int], scales, sizes) -> tuple[np.ndarray, np.ndarray]:
+        """Resize-18's ``scales`` or ``sizes`` of ``axes`` only, as the four of every axis."""
+        if len(set(axes)) != len(axes) or max(scales.size, sizes.size) != len(axes):
+            raise self.fail(node, f"axes {axes} do not match its {max(scales.size, sizes.size)} scales or sizes")
+        full_scales, full_sizes = np.ones(4), np.array(x, dtype=np.int64)
+        for i, axis in enumerate(axes):
+            if scales.size:
+                full_scales[axis] = scales[i]
+            else:
+                full_sizes[axis] = sizes[i]
+        return (full_scales, np.zeros(0)) if scales.size else (np.zeros(0), full_sizes)
+
     def resample(self, node, x, scales, sizes, mode, coord, nearest_mode, a) -> None:
         from kernels.resize import COORDINATE_MODES, NEAREST_MODES
 
+        if "axes" in a and len(x) == 4:  # opset 18: scales or sizes of these axes only
+            scales, sizes = self._of_all_axes(node, x, [int(i) % 4 for i in a["axes"]], scales, sizes)
+        if _text(a.get("keep_aspect_ratio_policy", b"stretch")) != "stretch":
+            raise self.fail(node, "only keep_aspect_ratio_policy 'stretch' is supported")
         if len(x) != 4 or mode not in ("nearest", "linear") or coord not in COORDINATE_MODES \
-                or nearest_mode not in NEAREST_MODES or a.get("antialias", 0) or "axes" in a:
+                or nearest_mode not in NEAREST_MODES or a.get("antialias", 0):
             raise self.fail(node, f"only 2-d nearest / linear resizing of an NCHW tensor is supported "
                                   f"(coordinate modes {', '.join(COORDINATE_MODES)}), got mode '{mode}', "
-                                  f"'{coord}', '{nearest_mode}' on {x}")
+                                  f"'{coord}', '{nearest_mode}'{', antialias' if a.get('antialias', 0) else ''} on {x}")
         if sizes.size == 4:
             size = tuple(int(d) for d in sizes[2:])
             factors = tuple(float(o) / i for o, i in zip(size, x[2:]))

@@ -197,6 +197,17 @@ def test_resize_to_sizes(tmp_path):
     assert m.op("up").shape == (1, C, 13, 9)
 
 
+@pytest.mark.parametrize("axes, given", [([2, 3], "scales"), ([3, -2], "sizes")])
+def test_resize_opset_18_of_some_axes(tmp_path, axes, given):
+    """Resize-18's ``axes``: its scales or sizes are of those axes only (it was refused, naming
+    the modes, which were supported)."""
+    value = {"scales": np.array([2.0, 3.0], np.float32), "sizes": np.array([9, 13], np.int64)}[given]
+    inputs = ["a", "", "v", ""] if given == "scales" else ["a", "", "", "v"]
+    node = helper.make_node("Resize", inputs, ["m"], name="up", mode="nearest", axes=axes)
+    m = _run(tmp_path, _graph([node], [numpy_helper.from_array(value, "v")], opset=19))
+    assert m.op("up").shape == ((1, C, 2 * H, 3 * W) if given == "scales" else (1, C, 13, 9))
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_upsample_opset_9(tmp_path, mode):
     scales = numpy_helper.from_array(np.array((1, 1, 2, 2), np.float32), "scales")
@@ -245,6 +256,16 @@ def test_split_and_slice_on_channels(tmp_path):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("inputs, value", [
+    (["bias", "a"], np.linspace(-1, 1, C, dtype=np.float32).reshape(1, C, 1, 1)),  # the constant first
+    (["a", "bias"], np.float32(3.0)),  # one for every channel, as in a hand-written x * relu6(x + 3) / 6
+])
+def test_a_constant_added_either_side_is_a_bias(tmp_path, inputs, value):
+    node = helper.make_node("Add", inputs, ["m"], name="addb")
+    m = _run(tmp_path, _graph([node], [numpy_helper.from_array(value, "bias")]))
+    assert m.op("addb").kind == "bias_add" or any(op.kind == "conv2d" and "bias" in op.weights for op in m.ops)
+
+
 def test_split_opset_11_attribute(tmp_path):
     nodes = [helper.make_node("Split", ["a"], ["s0", "s1"], name="split", axis=1, split=[16, 16])]
     m = _run(tmp_path, _graph(nodes, out_shapes=[("s0", 16), ("s1", 16)], opset=11), blocks=(1, 16))
@@ -263,6 +284,12 @@ def test_split_opset_11_attribute(tmp_path):
     (helper.make_node("Resize", ["a", "", "sc"], ["m"], name="cubic", mode="cubic"),
      [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")],
      r"node 'cubic' \(Resize\): only 2-d nearest / linear resizing"),
+    # a constant factor: said as such (it said "export with constant folding", which cannot remove it)
+    (helper.make_node("Mul", ["a", "half"], ["m"], name="scale"), [numpy_helper.from_array(np.float32(0.5), "half")],
+     r"node 'scale' \(Mul\): a constant operand \('half', shape \[\]\) is not supported here: .* fold it"),
+    (helper.make_node("Add", ["a", "plane"], ["m"], name="addp"),
+     [numpy_helper.from_array(np.ones((1, 1, H, W), np.float32), "plane")],
+     r"node 'addp' \(Add\): a constant operand \('plane', shape \[1, 1, 6, 7\]\)"),
 ])
 def test_unsupported_op_or_form_is_a_one_line_error(tmp_path, node, inits, what):
     path = tmp_path / "bad.onnx"
