@@ -19,7 +19,8 @@ arrives it reads the topic's stored events once more and writes any the subscrip
 missed. A worker killed mid-workload: Dask runs the job again on another worker, which
 reads the topic's events first and resumes from the configs they hold (the way a local
 rerun resumes from the log), so records already sent are kept and their configs are not
-measured again. The writer also refuses a second search record of a config and more
+measured again (of the topic's last 1,000 events, all the scheduler keeps by default: older
+ones are measured again, and the writer keeps one record of each). The writer also refuses a second search record of a config and more
 re-timings than :data:`kernels.tuner.CONFIRM_ROUNDS`, whatever arrives.
 
 Once a CPU's searches are done, its sibling groups time each other's fastest configs (one
@@ -66,6 +67,12 @@ CONNECT_TIMEOUT = 10.0
 # ... and to wait for a first measuring worker (workers started with the scheduler may
 # still be connecting).
 WORKER_TIMEOUT = 30.0
+# Seconds a CPU's jobs may wait with no measuring worker on any of its hosts before the run
+# stops (they run nowhere else: a log's times are one CPU's). A nanny restarts a killed
+# worker in seconds; a machine gone for good (a preempted VM) would leave the run waiting
+# forever, saying nothing. Checked every STRANDED_CHECK seconds.
+STRANDED_S = 120.0
+STRANDED_CHECK = 5.0
 RESOURCE = "measure"
 INSTALL = "pip install 'graph-tuner[cluster]'"
 
@@ -230,7 +237,13 @@ def plan_groups(workers: Sequence[WorkerInfo], output: str | os.PathLike,
     if out.endswith(("/", os.sep)) or Path(out).is_dir():
         cpus = list(dict.fromkeys(w.cpu for w in workers))
         safe = name.replace(os.sep, "_")
-        return [Group(c, Path(out) / c / f"{safe}.log", [w for w in workers if w.cpu == c]) for c in cpus], None
+
+        def log(cpu: str) -> Path:  # a gzipped log there (solve reads it) is refused, not tuned anew beside it
+            plain = Path(out) / cpu / f"{safe}.log"
+            packed = plain.with_name(plain.name + ".gz")
+            return packed if packed.exists() and not plain.exists() else plain
+
+        return [Group(c, log(c), [w for w in workers if w.cpu == c]) for c in cpus], None
     first = workers[0].cpu
     left = [w for w in workers if w.cpu != first]
     note = None
@@ -336,6 +349,32 @@ class _Run:
         self.summaries: dict[str, dict[int, WorkloadSummary]] = {g.cpu: {} for g in groups}  # by workload number
         self.done: Counter = Counter()  # worker label -> jobs finished
         self.topics: list[str] = []  # subscribed
+        self.stranded: str | None = None  # why the watch cancelled the run (watch_workers)
+        self.watching = threading.Event()
+        threading.Thread(target=self.watch_workers, daemon=True, name="graph-tuner-watch").start()
+
+    def watch_workers(self) -> None:
+        """Until :meth:`close`: cancel the run if a CPU with jobs left has had no measuring
+        worker on its hosts for :data:`STRANDED_S` seconds, so that the waits end in
+        :meth:`finish`'s one line instead of lasting forever."""
+        gone: dict[str, float] = {}  # cpu -> when its last host's worker was first seen gone
+        while not self.watching.wait(STRANDED_CHECK):
+            try:
+                alive = set(_measuring(self.client)[0].values())
+            except Exception:  # a lost scheduler: the waits end on their own (CancelledError)
+                continue
+            for g in self.groups:
+                if g.pending <= 0 or alive & set(g.hosts):
+                    gone.pop(g.cpu, None)
+                    continue
+                since = gone.setdefault(g.cpu, time.monotonic())
+                if time.monotonic() - since >= STRANDED_S:
+                    self.stranded = (f"no measuring worker on the {g.cpu} host{'s' if len(g.hosts) > 1 else ''} "
+                                     f"({', '.join(g.hosts)}) for {STRANDED_S:.0f} s, and their jobs run nowhere "
+                                     f"else (a log is one CPU's); the records received are in {g.path}: start a "
+                                     f"worker there (`dask worker ... --resources {RESOURCE}=1`) and rerun to resume")
+                    self.client.cancel(list(self.futures))
+                    return
 
     def submit(self, job, group: Group, fn: Callable, priority: float = 0):
         self.jobs[job.topic] = (job, group)
@@ -427,6 +466,8 @@ class _Run:
             raise GraphTunerError(f"{_what(job)} ({group.cpu}) killed {_allowed() + 1} workers; "
                                   f"look at the workers' logs; a rerun resumes from the log") from None
         except CancelledError:
+            if self.stranded:
+                raise GraphTunerError(self.stranded) from None
             raise GraphTunerError(f"{_what(job)} was cancelled: the Dask scheduler was lost or restarted; "
                                   f"a rerun resumes from the log") from None
         report.received = time.time()
@@ -453,6 +494,7 @@ class _Run:
         """Cancel what still runs, stop listening, close the logs; the scheduler forgets
         the run's events (best effort: a scheduler without the hook keeps them, at most
         ``low-level-log-length`` records a job)."""
+        self.watching.set()
         if self.futures:
             self.client.cancel(self.futures)
         for topic in self.topics:

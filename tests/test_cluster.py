@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -229,6 +230,22 @@ def test_one_log_per_cpu_or_the_first_workers_cpu_only():
     assert cl.shared_hosts(workers) == [] and cl.shared_hosts(workers + workers[:1]) == ["a"]
 
 
+def test_a_folder_holding_a_gzipped_log_is_refused_not_tuned_anew_beside_it(tmp_path):
+    """`solve --records DIR/` reads DIR/<cpu>/MODEL.log.gz; a cluster tune into DIR/ wrote a new
+    MODEL.log beside it, from scratch, which solve then took instead."""
+    import gzip
+
+    packed = tmp_path / "znver4" / "resnet-18.log.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(b'{"input": ["llvm", "conv2d_NCHWc.x86", [], {}], "config": {}, '
+                                     b'"result": [[1e-4], 0, 0, 0]}\n'))
+    workers = [cl.WorkerInfo("tcp://b:1", "b", "znver4", 2), cl.WorkerInfo("tcp://a:1", "a", "znver3", 2)]
+    groups, _ = cl.plan_groups(workers, f"{tmp_path}/", "resnet-18")
+    assert [g.path for g in groups] == [packed, tmp_path / "znver3" / "resnet-18.log"]
+    with pytest.raises(cl.GraphTunerError, match="a gzip-compressed log, and tune appends records as plain text"):
+        cl.prepare_log(groups[0].path)
+
+
 def landscape(workload, config) -> float:
     """Made-up times, the same on every run: the siblings' best blocks differ, so at 8 trials
     each finds fast configs the other never tries (2 each way)."""
@@ -325,3 +342,33 @@ def test_the_writer_refuses_a_fourth_re_timing_after_retime(tmp_path):
     finally:
         writer.close()
     assert len(log.read_text().splitlines()) == 3
+
+
+STARTED = threading.Event()  # set by the first measurement of stranded_measure
+
+
+def stranded_measure(workload, config):
+    STARTED.set()
+    time.sleep(0.05)
+    return 1e-4 * (1 + config.ow_bn / 64)
+
+
+def test_a_cpu_whose_last_worker_is_gone_for_good_stops_the_run_in_one_line(tmp_path, monkeypatch):
+    """Jobs are pinned to their CPU's hosts: with its only machine gone (no nanny to restart it),
+    the run waited forever, saying nothing. Now it stops, saying what to do, the records kept."""
+    monkeypatch.setattr(cl, "STRANDED_S", 1.0)
+    monkeypatch.setattr(cl, "STRANDED_CHECK", 0.1)
+    STARTED.clear()
+    log = tmp_path / "t.log"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, resources={"measure": 1},
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        remover = threading.Thread(target=lambda: STARTED.wait(120) and cluster.scale(0))
+        remover.start()
+        start = time.monotonic()
+        with pytest.raises(cl.GraphTunerError, match=r"^no measuring worker on the \S+ host .* for 1 s, and their "
+                                                     r"jobs run nowhere else .* rerun to resume$"):
+            tune(write_tiny_onnx(tmp_path / "tiny.onnx"), log, trials=3, cluster=client, measure=stranded_measure,
+                 progress=False)
+        remover.join()
+        assert time.monotonic() - start < 60
+    assert STARTED.is_set()
