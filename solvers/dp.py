@@ -68,29 +68,34 @@ def _build(p: Problem, direct_conversion_entries: int):
     chains: dict[tuple, tuple[int, np.ndarray]] = {}
 
     def needed_set(atoms):
-        """Variable whose value is the set of classes ``atoms`` need (a bitmask over r)."""
-        key = tuple((d, c.tobytes()) for d, c in atoms)
-        if key not in chains:
-            (d, c), rest = atoms[0], atoms[1:]
-            r = np.unique(np.concatenate([c for _, c in atoms]))
-            u = len(unary)
-            unary.append(np.zeros(1 << len(r)))
-            states = np.arange(1 << len(r))
-            vals, d_idx = np.unique(c, return_inverse=True)
-            bit = 1 << np.searchsorted(r, vals)
-            if rest:
-                w, r_rest = needed_set(rest)
-                rstates = np.arange(1 << len(r_rest))
-                lifted = np.zeros(len(rstates), dtype=np.int64)
-                for n, pos in enumerate(np.searchsorted(r, r_rest)):
-                    lifted |= ((rstates >> n) & 1) << pos
-                ok = states[:, None, None] == (lifted[None, :, None] | bit[None, None, :])
-                add(Factor((u, w, d), [states, rstates, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
-            else:
-                ok = states[:, None] == bit[None, :]
-                add(Factor((u, d), [states, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
-            chains[key] = (u, r)
-        return chains[key]
+        """Variable whose value is the set of classes ``atoms`` need (a bitmask over r): the
+        first atom's classes joined with the variable of the rest's, built from the last atom
+        back (a loop: a chain may have thousands of consumers)."""
+        rest = None  # (variable, classes) of atoms[k + 1:]
+        for k in range(len(atoms) - 1, -1, -1):
+            key = tuple((d, c.tobytes()) for d, c in atoms[k:])
+            if key not in chains:
+                d, c = atoms[k]
+                r = np.unique(np.concatenate([c for _, c in atoms[k:]]))
+                u = len(unary)
+                unary.append(np.zeros(1 << len(r)))
+                states = np.arange(1 << len(r))
+                vals, d_idx = np.unique(c, return_inverse=True)
+                bit = 1 << np.searchsorted(r, vals)
+                if rest is not None:
+                    w, r_rest = rest
+                    rstates = np.arange(1 << len(r_rest))
+                    lifted = np.zeros(len(rstates), dtype=np.int64)
+                    for n, pos in enumerate(np.searchsorted(r, r_rest)):
+                        lifted |= ((rstates >> n) & 1) << pos
+                    ok = states[:, None, None] == (lifted[None, :, None] | bit[None, None, :])
+                    add(Factor((u, w, d), [states, rstates, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
+                else:
+                    ok = states[:, None] == bit[None, :]
+                    add(Factor((u, d), [states, d_idx.reshape(-1)], np.where(ok, 0.0, np.inf)))
+                chains[key] = (u, r)
+            rest = chains[key]
+        return rest
 
     for (i, j), m in p.edges.items():
         add(edge_factor(i, j, m))
@@ -121,8 +126,10 @@ def _build(p: Problem, direct_conversion_entries: int):
             add(Factor((conv.src, z), [src_idx, np.arange(2)], pay))
             for d, c in zip(conv.dsts, conv.dst_classes):
                 needs = (c == b).astype(np.intp)
-                if needs.any():
-                    forbid = np.array([[0.0, 0.0], [np.inf, 0.0]])[: needs.max() + 1]
+                if needs.all():  # needs b whatever it chooses: z is 1, no factor (its row 0 would be unused)
+                    unary[z][0] = np.inf
+                elif needs.any():
+                    forbid = np.array([[0.0, 0.0], [np.inf, 0.0]])
                     add(Factor((d, z), [needs, np.arange(2)], forbid))
     return unary, factors
 
@@ -191,7 +198,9 @@ def solve_dp(
         "elimination_time": t2 - t1,
         "time": time.perf_counter() - t0,
     }
-    return Solution(choice, cost, True, constant, "dp", stats)
+    # The bound is the DP's value, summed in another order than evaluate's fsum: equal to the
+    # cost but for the last bits, which must not put the bound above it.
+    return Solution(choice, cost, True, min(constant, cost), "dp", stats)
 
 
 def _distinct_entries(factors: list[Factor]) -> dict[tuple[int, int], int]:
@@ -289,8 +298,11 @@ def _eliminate(join: _Join, unary_v: np.ndarray, entries: int) -> tuple[np.ndarr
         key = join.maps[(big, big_v)]  # F's entry of each v group
         by_key = np.argsort(key, kind="stable")
         starts = np.flatnonzero(np.r_[True, np.diff(key[by_key]) != 0])
-        part = np.minimum.reduceat(part[..., by_key], starts, axis=-1)
-        total = part + join.placed(big, keep_v_axis=True)
+        # One min per entry of F's v axis that a v group maps to; an entry none maps to (an
+        # unused row: a constant-class consumer's factor has one) stays out of the min.
+        full = np.full(part.shape[:-1] + (fs[big].table.shape[big_v],), np.inf)
+        full[..., key[by_key][starts]] = np.minimum.reduceat(part[..., by_key], starts, axis=-1)
+        total = full + join.placed(big, keep_v_axis=True)
     else:
         total = vcost.reshape([1] * (len(join.scope) - 1) + [-1])
         for n in range(len(fs)):

@@ -91,4 +91,5 @@ def solve_pbqp(p: Problem) -> Solution:
         raise NoSolutionFound(
             "pbqp heuristic (RN) found no finite-cost assignment; use method='dp' or 'ilp'"
         )
-    return Solution(full, cost, proven, value if proven else None, "pbqp", stats)
+    # value: the reductions' sum, in another order than evaluate's fsum (the last bits may differ)
+    return Solution(full, cost, proven, min(value, cost) if proven else None, "pbqp", stats)

@@ -21,9 +21,9 @@ def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
 
     ``method``:
 
-    * ``"auto"`` (default): ``dp`` when its tables fit its cap (option
-      ``max_table_entries``), else ``ilp`` (warm-started from PBQP; the other options go to
-      it); ``stats["auto"]`` says which ran and why.
+    * ``"auto"`` (default): ``dp`` when its tables fit its cap (its options
+      ``max_table_entries``, ``direct_conversion_entries``), else ``ilp`` (warm-started from
+      PBQP; the other options go to it); ``stats["auto"]`` says which ran and why.
     * ``"dp"``: exact bucket elimination (option ``max_table_entries``; raises
       :class:`~solvers.TableTooLarge` above it);
     * ``"ilp"``: exact 0-1 ILP on OR-Tools (options ``backend="cp-sat" | "scip"``,
@@ -38,9 +38,9 @@ def solve(p: Problem, method: str = "auto", time_limit: float | None = None,
     if method == "auto":
         from .dp import MAX_TABLE_ENTRIES, solve_dp
         from .ilp import solve_ilp
-        cap = options.pop("max_table_entries", MAX_TABLE_ENTRIES)
+        dp_options = {k: options.pop(k) for k in ("max_table_entries", "direct_conversion_entries") if k in options}
         try:
-            s = solve_dp(p, max_table_entries=cap)
+            s = solve_dp(p, **{"max_table_entries": MAX_TABLE_ENTRIES, **dp_options})
             s.stats["auto"] = "dp's tables fit its memory cap"
         except TableTooLarge as e:
             s = solve_ilp(p, time_limit=time_limit, **options)

@@ -107,7 +107,67 @@ def test_dp_equals_brute(spec, variant):
             return
         s = solve(p, "dp", **options)
     assert s.optimal and close(s.cost, best) and close(s.cost, p.evaluate(s.choice))
-    assert close(s.bound, best)
+    assert close(s.bound, best) and s.bound <= s.cost
+
+
+@pytest.mark.parametrize("variant", ["direct", "needed-set-chain", "aux-z"])
+@SETTINGS
+@given(spec=problems(max_nodes=6), data=st.data())
+def test_dp_equals_brute_in_any_elimination_order(spec, variant, data):
+    """Exactness must not hang on the order heuristic: with the variables eliminated in any
+    order (more two-stage joins meet factors of unused rows), dp still equals brute force.
+    A z_b factor of a consumer needing the same class for every choice had an unused row,
+    which a two-stage join let into its min (review, session 51)."""
+    p, best = build(spec), reference_optimum(spec)
+    options = {} if variant == "direct" else {"direct_conversion_entries": 1}
+    with mock.patch.object(dp, "MAX_CHAIN_CLASSES", 0 if variant == "aux-z" else 7), \
+            mock.patch.object(dp, "elimination_order", lambda axis, dom: data.draw(st.permutations(sorted(dom)))):
+        if math.isinf(best):
+            with pytest.raises(Infeasible):
+                solve(p, "dp", **options)
+            return
+        s = solve(p, "dp", **options)
+    assert s.optimal and close(s.cost, best) and s.bound <= s.cost and close(s.bound, best)
+
+
+def test_dp_z_b_encoding_with_a_consumer_that_always_needs_one_class():
+    """The review's case: brute force 2.2317, dp returned 3.0654 with optimal=True and bound 2.0031."""
+    rng = np.random.default_rng(1)
+    q = Problem()
+    s = q.add_node(rng.uniform(0, 1, 5))  # the source, classes 0..4
+    c = q.add_node(rng.uniform(0, 1, 8))  # every choice needs class 5
+    e = q.add_node(rng.uniform(0, 1, 3))
+    t = q.add_node(rng.uniform(0, 1, 2))
+    q.add_edge(c, t, rng.uniform(0, 1, (8, 2)))
+    q.add_conversion(s, [c, e], np.arange(5), [np.full(8, 5), np.array([0, 5, 6])], rng.uniform(1, 2, (8, 8)))
+    with mock.patch.object(dp, "MAX_CHAIN_CLASSES", 0), \
+            mock.patch.object(dp, "elimination_order", lambda axis, dom: [v for v in dom if v >= 4] + [c, s, e, t]):
+        r = dp.solve_dp(q, direct_conversion_entries=1)
+    assert r.optimal and close(r.cost, solve_brute(q).cost) and close(r.bound, r.cost)
+
+
+def test_dp_takes_a_conversion_with_thousands_of_consumers():
+    """needed_set recursed once per consumer: 1,200 of them raised RecursionError."""
+    q = Problem()
+    src = q.add_node([0.0, 1.0])
+    dsts = [q.add_node([0.0, 0.5]) for _ in range(1200)]
+    # every consumer needs class 1 on its first choice and class 0 on its second
+    q.add_conversion(src, dsts, [0, 1], [[1, 0]] * len(dsts), [[0.0, 1.0], [1.0, 0.0]])
+    r = solve(q, "dp", direct_conversion_entries=1)
+    assert r.optimal and close(r.cost, 1.0) and r.cost == q.evaluate(r.choice)
+
+
+def test_auto_gives_dp_its_options_and_the_ilp_the_others():
+    """auto ignored direct_conversion_entries when dp ran, and passed it to the ILP (a TypeError)
+    when dp's cap was hit."""
+    q = Problem()
+    src = q.add_node([0.0, 1.0])
+    dsts = [q.add_node([0.0, 0.5]) for _ in range(3)]
+    q.add_conversion(src, dsts, [0, 1], [[1, 0], [1, 1], [0, 1]], [[0.0, 1.0], [1.0, 0.0]])
+    assert solve(q, "auto").stats["aux_variables"] == 0  # one factor: its 16 entries are under the default
+    assert solve(q, "auto", direct_conversion_entries=1).stats["aux_variables"] > 0
+    s = solve(q, "auto", direct_conversion_entries=1, max_table_entries=1)
+    assert s.method == "ilp" and close(s.cost, solve_brute(q).cost)
 
 
 @pytest.mark.parametrize("backend, warm_start", [
