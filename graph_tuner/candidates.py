@@ -12,7 +12,9 @@ neither divides a group nor holds whole groups (a Winograd GEMM's: divides the c
 channels, :func:`kernels.winograd.gemm_supported`).
 
 CUDA needs no layout search: :func:`best_per_workload` picks the fastest record per
-distinct workload, as AutoTVM's ``apply_history_best`` does.
+distinct workload as AutoTVM's ``apply_history_best`` does (the least mean of its costs).
+Records of another element type than float32 (a float16 or int8 tuning of the same shapes)
+are never a layer's: the models are float32.
 
 >>> from graph_tuner.records import read_records, make_conv2d_record
 >>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -163,8 +166,8 @@ def layer_candidates(
     runs: dict[tuple, list[Record]] = {}
     log = _read(records)
 
-    def usable(rec: Record) -> bool:
-        return rec.task_name in X86_TASKS and rec.target_kind == kind
+    def usable(rec: Record) -> bool:  # the executor runs float32: another type's time is not a layer's
+        return rec.task_name in X86_TASKS and rec.target_kind == kind and rec.float32
 
     for rec in log.records:
         key = match_key(rec.workload)
@@ -254,7 +257,9 @@ def best_per_workload(
     *,
     target: str = "cuda",
 ) -> list[Record]:
-    """The fastest record per distinct workload, for ``target``'s kind (CUDA by default).
+    """The fastest float32 record per distinct workload, for ``target``'s kind (CUDA by
+    default): the least mean of its costs, the first of equals, as ``apply_history_best``
+    ranks them (not the median :attr:`Record.time`: TVM would apply another record).
 
     Without ``workloads``: every workload in the log, in order of first appearance.
     With them: one per distinct workload in their order of first appearance; a workload
@@ -265,10 +270,11 @@ def best_per_workload(
     best: dict[Conv2DWorkload, Record] = {}
     log = _read(records)
     for rec in log.records:
-        if rec.target_kind != kind:
+        if rec.target_kind != kind or not rec.float32:  # the models are float32 (onnx_import)
             continue
         key = match_key(rec.workload)
-        if key not in best or rec.time < best[key].time:
+        # As apply_history_best ranks them: by the mean of the costs (TVM's), first on ties.
+        if key not in best or statistics.fmean(rec.costs) < statistics.fmean(best[key].costs):
             best[key] = rec  # dicts keep first-insertion order: order of first appearance
     if workloads is None:
         return list(best.values())

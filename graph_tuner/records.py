@@ -124,6 +124,13 @@ class Record(_Measured):
     workload: Conv2DWorkload
     config_index: int
     entity: dict[str, Any]
+    # The data and kernel tensors' element types as logged: a float16 or int8 record of the
+    # same shapes is another computation, never a float32 layer's (review, session 51).
+    dtypes: tuple[str, str] = field(default=("float32", "float32"), kw_only=True)
+
+    @property
+    def float32(self) -> bool:
+        return self.dtypes == ("float32", "float32")
 
 
 @dataclass
@@ -492,10 +499,11 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
         checks.x86_schedule(entity, workload)
         if _timed_over_rows(workload, entity, obj):
             index, entity = _as_rows(workload, index, entity)
+    args = env["args"]
     return Record(
         target=env["target"], task_name=env["task"], workload=workload,
         config_index=index, entity=entity, costs=env["costs"], error_no=env["error_no"],
-        version=env["version"], source=where, raw=dict(obj),
+        version=env["version"], source=where, raw=dict(obj), dtypes=(args[0][2], args[1][2]),
     )
 
 

@@ -204,6 +204,40 @@ def test_grouped_records_our_kernels_cannot_build_are_dropped():
     assert [(c.in_block, c.out_block) for c in cands] == [(8, 8)]
 
 
+def _typed(rec: dict, data: str, kernel: str, out: str) -> dict:
+    """The record of another element type: same shapes and config."""
+    args = rec["input"][2]
+    args[0][2], args[1][2], args[-1] = data, kernel, out
+    return rec
+
+
+@pytest.mark.parametrize("order", ["float32 first", "int8 first"])
+def test_a_record_of_another_element_type_is_no_float32_layers(order):
+    """An int8 tuning of the same shapes and config was merged with the float32 one: it took the
+    median of both (or, logged last, left the layer with no record)."""
+    f32 = _rec(CONV, 16, 16, 2e-3)
+    i8 = _typed(_rec(CONV, 16, 16, 0.5e-3), "uint8", "int8", "int32")
+    log = read_records([f32, i8] if order == "float32 first" else [i8, f32])
+    assert {r.dtypes for r in log.records} == {("float32", "float32"), ("uint8", "int8")}
+    (cands,) = layer_candidates([CONV], log)
+    assert [(c.in_block, c.out_block, c.time, c.record.costs) for c in cands] == [(16, 16, 2e-3, (2e-3,))]
+
+
+def test_cuda_picks_as_apply_history_best_does():
+    """TVM keeps the record of least mean cost per workload (float32 here): not the median."""
+    def cuda(index, costs, dtype="float32"):
+        return {"input": ["cuda -model=unknown", "conv2d_nchw.cuda",
+                          [["TENSOR", [1, 64, 56, 56], dtype], ["TENSOR", [64, 64, 3, 3], dtype], [1, 1],
+                           [1, 1, 1, 1], [1, 1], dtype], {}],
+                "config": {"index": index, "code_hash": None, "entity": [["tile_f", "sp", [-1, 1, 8, 1]]]},
+                "result": [costs, 0, 1.0, 0.0], "version": 0.2, "tvm_version": "0.8.0"}
+
+    log = read_records([cuda(1, [1e-4, 1e-4, 5e-4]), cuda(2, [2e-4, 2e-4, 2e-4]), cuda(3, [2e-4]),
+                        cuda(4, [0.5e-4], "float16")])
+    (best,) = best_per_workload(log, [CONV])
+    assert best.config_index == 2  # mean 2e-4 against 2.33e-4 (median 1e-4); 3 ties 2: the first stays
+
+
 def test_cuda_best_per_workload_on_seed():
     log = read_records(DATA / "resnet18_cuda_v01_typographic.log")
     best = best_per_workload(log)
