@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("graph-tuner: interrupted", file=sys.stderr)
+        # An interrupt inside llvmlite leaves a half-made object whose __del__ then fails at
+        # exit ("Exception ignored in: ObjectRef.__del__" and a traceback): noise after the one line.
+        sys.unraisablehook = lambda unraisable: None
         return 130
     except BrokenPipeError:
         # Output piped into e.g. `head`, which exited: not an error of ours.

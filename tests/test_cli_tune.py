@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,29 @@ def test_a_bad_line_in_the_log_is_named_by_tune(fake_tune, tiny_onnx, tmp_path, 
     out = capsys.readouterr().out
     assert f"warning: {log}:2: skipped, not a valid AutoTVM record" in out and "solve` refuses the log" in out
     assert main(["solve", str(tiny_onnx), "--records", str(log), "-o", str(tmp_path / "o.log")]) == 2
+
+
+def test_ctrl_c_is_one_line_and_leaves_a_whole_log(tmp_path):
+    """Ctrl-C while tuning: exit 130, one line (an interrupt inside llvmlite once added an
+    "Exception ignored in: ObjectRef.__del__" traceback at exit), every line of the log a
+    whole record (a rerun resumes from them: test_tune_resume), the lock let go."""
+    import signal
+
+    log = tmp_path / "t.log"
+    env = {**os.environ, "GRAPH_TUNER_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "graph_tuner", "tune", "resnet-18", "-o", str(log),
+                             "--trials", "40", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)  # minutes of work: the tiny model's is over too soon
+    try:
+        for _ in range(600):  # until it has logged a few records
+            if log.exists() and log.read_text().count("\n") >= 3:
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "graph-tuner: interrupted\n"
+    assert all(json.loads(line) for line in log.read_text().splitlines())
+    assert not (tmp_path / ".t.log.lock").exists()
+    assert len(read_records(log).records) >= 3
