@@ -77,7 +77,7 @@ from kernels.ir import (BASE_ARGS, MEMCPY_DECL, MINMAX_DECL, PREFETCH_DECL, Intr
                         maybe_loop, pad_copy_ir, splat, static_taps, tap_range, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache, search_build
 from kernels.packing import pack_weight
-from kernels.threads import num_threads, parallel_entry_ir
+from kernels.threads import num_threads, parallel_entry_ir, rows_first_items
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["ACTIVATIONS", "Conv2DKernel", "build_conv2d", "conv2d_arg_shapes", "conv2d_ir", "conv2d_scalars",
@@ -205,16 +205,12 @@ def kernel_workload(workload: Conv2DWorkload, config: Conv2DConfig, threads: int
                      takes_rows_first(workload, config, rows_first, threads, prologue))
 
 
-# Row tiles per thread from which an unpadded stride-1 1x1 conv without an input prologue
-# takes rows first unasked (takes_rows_first).
-ROWS_FIRST_TILES = 8
-
-
 def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool, threads: int | None = None,
                      prologue: bool = False) -> bool:
-    """Whether a kernel's work items go rows first: an unpadded stride-1 1x1 conv with several
-    output channel blocks and row tiles enough to share, 3 per thread when asked, and
-    unasked :data:`ROWS_FIRST_TILES` per thread without an input ``prologue``.
+    """Whether a conv kernel's work items go rows first (:func:`kernels.threads.rows_first_items`):
+    an unpadded stride-1 1x1 conv with several output channel blocks and row tiles enough to
+    share, 3 per thread when asked, and unasked :data:`kernels.threads.ROWS_FIRST_TILES` per
+    thread without an input ``prologue``; any other conv by the rows it writes (below).
 
     The pool gives each thread a contiguous band of the work items first
     (:mod:`kernels.pool_ir`). Items are ``(n, channel block, rows)``: a band is some channel
@@ -230,11 +226,13 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     for it where a depthwise conv writes next over the conv's input
     (:mod:`graph_tuner.executor.compile`), and the 1x1 conv fused with a depthwise conv runs
     its items so (:mod:`kernels.dw_project`). Unasked, a conv takes rows first from
-    :data:`ROWS_FIRST_TILES` row tiles per thread: in the host's slow phase and its fast
+    :data:`kernels.threads.ROWS_FIRST_TILES` row tiles per thread: in the host's slow phase and its fast
     one, ResNeXt-50's plan then ran 0.95x and 0.985x the time, ResNet-50's 0.97x and 1.01x,
     Inception-v3's 0.98x and 1.00x; DenseNet-121's 1x1 convs, which transform their input
     in a prologue, ran 1.02x in the slow phase so, and 1.00x left as they were (session 22).
-    The tuner times a conv in the order it takes unasked.
+    The tuner times a conv in the order it takes unasked. Any other conv (a window, a stride,
+    groups) takes rows first by the rows it writes (:func:`kernels.threads.rows_first_items`),
+    but a strided 1x1 conv over its compact copy and a tall conv run by columns.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
     >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]
@@ -245,10 +243,13 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     >>> [takes_rows_first(big, Conv2DConfig(16, 16, 7), False, threads=2, prologue=p) for p in (False, True)]
     [True, False]
     """
+    blocks = workload.out_channels // config.oc_bn
+    if not pointwise(workload):  # a window, a stride or groups: by the rows it writes
+        return (compact_input(workload) is None and not columns_first(workload, config)
+                and rows_first_items(-(-workload.out_height // config.oh_bn), blocks, threads))
     tiles = -(-workload.data_shape[2] // config.oh_bn)
-    return (pointwise(workload) and workload.out_channels // config.oc_bn > 1
-            and (tiles >= 3 * (threads or num_threads()) if asked
-                 else not prologue and tiles >= ROWS_FIRST_TILES * (threads or num_threads())))
+    return (blocks > 1 and tiles >= 3 * (threads or num_threads()) if asked
+            else not prologue and rows_first_items(tiles, blocks, threads))
 
 
 def subsample_copy_ir(name: str, workload: Conv2DWorkload, block: int, scratch_arg: int) -> str:

@@ -4,7 +4,8 @@ block holds whole groups, as LLVM IR.
 Its own template (AutoTVM's ``depthwise_conv2d_NCHWc``): there is no reduction over
 input channels, so instead of broadcasting one input value against a vector of
 weights (the dense template) each output vector is an elementwise FMA of an input
-vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``; a row is
+vector and a weight vector. Work items are output rows ``(n, c_chunk, oh)``, numbered
+``(n, oh, c_chunk)`` where :func:`kernels.threads.rows_first_items`; a row is
 cut into tiles of ``ow_bn`` columns x ``bn`` channels of accumulators; ``kh`` is a
 loop over the taps inside the input (bounds per row) and ``kw`` is unrolled when
 ``unroll_kw``; border columns run one at a time with only their taps inside the input.
@@ -38,7 +39,7 @@ from kernels.activations import activation_key, activation_spec, epilogue
 from kernels.ir import (MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, fconst, maybe_loop, splat, static_taps,
                         tap_range, vector_chunks, vty)
 from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
-from kernels.threads import parallel_entry_ir
+from kernels.threads import parallel_entry_ir, rows_first_items
 from kernels.workload import Conv2DWorkload
 
 __all__ = ["DepthwiseKernel", "build_depthwise", "depthwise_arg_shapes", "depthwise_ir", "every_config_lanewise",
@@ -207,7 +208,15 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
             mean = f.op(f"fmul {vty(w)} {f.load(vty(w), total)}, {splat(f, fconst(1.0 / OW), w)}")
             f.store(vty(w), mean, f.gep(rows_p, f.add(rbase, off)))
     f.emit("ret void")
-    return f.text() + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(f"{name}_item", N * CB * OH)])
+    text, body = f.text(), f"{name}_item"
+    if rows_first_items(OH, CB):  # the same items, numbered (n, oh, cb)
+        r = IRFunction(f"define internal void @{name}_rows_item(ptr %args, i64 %item) nounwind")
+        n, oh, cb = decompose(r, "%item", [N, OH, CB])
+        r.emit(f"call void @{body}(ptr %args, i64 {r.affine((n, CB * OH), (cb, OH), (oh, 1))})")
+        r.emit("ret void")
+        text, body = text + r.text(), f"{name}_rows_item"
+    return text + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(body, N * CB * OH)])
+
 
 
 def depthwise_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False,

@@ -1,6 +1,7 @@
 """Max / average pooling over a blocked NCHW[b]c tensor, generated as LLVM IR.
 
-Work items are output rows ``(n, c chunk, oh)`` spread over the threads. Each output
+Work items are output rows ``(n, c chunk, oh)`` spread over the threads, numbered ``(n, oh,
+c chunk)`` where :func:`kernels.threads.rows_first_items`. Each output
 pixel reduces its window clipped to the input (bounds computed per row and per
 column, so padding and ceil-mode windows reaching past the input cost nothing and
 need no padded copy), one vector of at most ``lanes`` channels at a time. Max
@@ -18,12 +19,10 @@ True
 """
 from __future__ import annotations
 
-import functools
-
 from kernels.ir import MINMAX_DECL, IntrinsicSet, arg_ptr, decompose, vector_chunks, vty
-from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu
+from kernels.jit import IRFunction, Kernel, compile_ir, host_cpu, kernel_cache
 from kernels.layout_transform import blocked_shape
-from kernels.threads import parallel_entry_ir
+from kernels.threads import parallel_entry_ir, rows_first_items
 
 __all__ = ["PoolKernel", "build_pool2d", "pool2d_ir"]
 
@@ -51,7 +50,11 @@ def pool2d_ir(shape_nchw, block: int | None, kind: str, pool_size, strides, padd
     intr = IntrinsicSet()
     f = IRFunction(f"define internal void @{name}_item(ptr %args, i64 %item) nounwind")
     x, out = arg_ptr(f, 0), arg_ptr(f, 1)
-    n, cb, oh = decompose(f, "%item", [N, CB, OH])
+    if rows_first_items(OH, CB):  # see there
+        f.emit("; items rows first")
+        n, oh, cb = decompose(f, "%item", [N, OH, CB])
+    else:
+        n, cb, oh = decompose(f, "%item", [N, CB, OH])
     plane = f.affine((n, CB), (cb, 1))
     h0 = f.op(f"sub nsw i64 {f.mul(oh, sh)}, {top}")
     hlo, hhi = _clip(f, h0, KH, 0, H)
@@ -100,7 +103,7 @@ class PoolKernel(Kernel):
         super().__init__(compile_ir(ir), "pool", dict(x=self.input_shape, out=self.output_shape))
 
 
-@functools.lru_cache(maxsize=None)
+@kernel_cache()  # its text depends on the thread count (rows_first_items): cleared with the convs'
 def build_pool2d(shape_nchw: tuple[int, int, int, int], block: int | None, kind: str, pool_size: tuple[int, int],
                  strides: tuple[int, int], padding: tuple[int, int, int, int], out_hw: tuple[int, int],
                  count_include_pad: bool = False) -> PoolKernel:

@@ -33,6 +33,9 @@ import os
 # The pool starts one OS thread per thread asked for: a typo such as 100000 must not.
 MAX_THREADS = 1024
 
+# Row tiles per thread from which a kernel takes its work items rows first (rows_first_items).
+ROWS_FIRST_TILES = 8
+
 
 def num_threads() -> int:
     """Threads kernels use: ``GRAPH_TUNER_NUM_THREADS`` or all usable cores."""
@@ -46,6 +49,31 @@ def num_threads() -> int:
             raise ValueError(f"GRAPH_TUNER_NUM_THREADS={env!r} must be from 1 to {MAX_THREADS}")
         return value
     return min(usable_cores(), MAX_THREADS)
+
+
+def rows_first_items(row_tiles: int, channel_blocks: int, threads: int | None = None) -> bool:
+    """Whether a kernel over NCHWc planes numbers its work items rows first, ``(n, rows,
+    channel block)``, not ``(n, channel block, rows)``: with more than one channel block and
+    :data:`ROWS_FIRST_TILES` row tiles (the rows one item computes at a time) per thread.
+
+    The pool gives each thread a contiguous band of the items first (:mod:`kernels.pool_ir`).
+    Rows first, a thread's band is the same rows of every tensor of a stage, whichever kernel
+    writes or reads it (stride 2 halves the rows of both), so each core mostly reads lines it
+    wrote itself and writes over lines only it holds. Channel blocks first, a 1x1 conv reads
+    every input row on every core, and a kernel after it writes over lines both cores hold,
+    waiting for the other's copy to be invalidated. The convs (:func:`kernels.conv2d.takes_rows_first`,
+    :mod:`kernels.depthwise`) and the pools (:mod:`kernels.pooling`) take it alike; layout
+    transforms and elementwise kernels keep channel blocks first (transforms rows first ran
+    slower, benchmarks/README.md, session 26). Session 53 (Zen 4 VM, 2 threads; rows first
+    before for the 1x1 convs only): the eleven shipped models took 0.97-1.00x the time
+    (EfficientNet-B0 1.013x in one run, 0.997x in the next), most in the host's slow phase,
+    when the FMA peak held but the memory-bound steps slowed (ResNeXt-50's first-stage grouped
+    convs 2.6x channel blocks first, rows first about their fast time): there 0.93-1.00x.
+
+    >>> rows_first_items(56, 8, threads=2), rows_first_items(14, 8, threads=2), rows_first_items(56, 1, threads=2)
+    (True, False, False)
+    """
+    return channel_blocks > 1 and row_tiles >= ROWS_FIRST_TILES * (threads or num_threads())
 
 
 def usable_cores() -> int:

@@ -491,11 +491,11 @@ def test_a_1x1_conv_whose_input_a_depthwise_conv_writes_next_takes_rows_first(mo
     """The executor gives a 1x1 conv rows-first work items exactly where the next write over the
     memory it reads is a depthwise conv's (kernels.conv2d.takes_rows_first); results unchanged."""
     import graph_tuner.executor.compile as compile_module
-    import kernels.conv2d as conv
+    import kernels.threads as threads
     from kernels.jit import clear_kernel_caches
 
     monkeypatch.setattr(compile_module, "FUSE_DW_PROJECT", False)  # unfused (fused: the test below)
-    monkeypatch.setattr(conv, "ROWS_FIRST_TILES", 10**6)  # none rows first unasked: only those asked
+    monkeypatch.setattr(threads, "ROWS_FIRST_TILES", 10**6)  # none rows first unasked: only those asked
     monkeypatch.setenv("GRAPH_TUNER_NUM_THREADS", "2")  # 16 rows: enough for 2 threads
     clear_kernel_caches()  # kernels are generated for a thread count: none from another
     try:

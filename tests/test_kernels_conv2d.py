@@ -472,10 +472,10 @@ def test_rows_first_only_where_it_fits():
 def test_1x1_rows_joined_within_work_items_match_the_reference(monkeypatch, ow_bn):
     """2 output channel blocks of 16 rows: 16 items of 2 rows each, computed as 8 rows of 32 pixels
     whose tiles run across the old row ends; reduced in 2 batches (ic_batch), epilogue included."""
-    from kernels import conv2d as conv
+    from kernels import threads
     from kernels.conv2d import ic_batch, join_rows
 
-    monkeypatch.setattr(conv, "ROWS_FIRST_TILES", 10**6)  # channel blocks first (16 rows would go rows first)
+    monkeypatch.setattr(threads, "ROWS_FIRST_TILES", 10**6)  # channel blocks first (16 rows would go rows first)
     clear_kernel_caches()
     try:
         wl = Conv2DWorkload((1, 256, 16, 16), (64, 256, 1, 1))

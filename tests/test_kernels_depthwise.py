@@ -8,6 +8,7 @@ from kernels.conv2d import build_conv2d
 from kernels.depthwise import DepthwiseKernel, build_depthwise, lanewise_groups, runs_lanewise
 from kernels.packing import from_blocked, pack_depthwise_weight, pack_weight, to_blocked
 from kernels.reference import activate, conv2d_nchw
+from test_kernels_conv2d import run_and_compare
 
 
 def check(wl, cfg, *, bias=False, residual=False, activation=None, row_means=False, seed=0):
@@ -120,3 +121,45 @@ def test_grouped_blocks_within_a_group_keep_the_dense_template():
         assert not lanewise_groups(wg) and not runs_lanewise(wg, Conv2DConfig(bn, bn, 3))
         with pytest.raises(ValueError, match="2 or 4 channels per group"):
             build_depthwise(wg, Conv2DConfig(bn, bn, 3))
+
+
+
+def test_convs_and_pools_with_rows_enough_take_rows_first_and_match_the_reference(two_threads):
+    """From ROWS_FIRST_TILES output row tiles per thread (kernels.threads.rows_first_items) a
+    depthwise or grouped conv's items go rows first, in both kernels that run them (the lanewise
+    one and the dense template), and so do a 3x3 conv's and a pool's; each the same op either
+    way. With too few rows, or one channel block, they keep channel blocks first."""
+    from kernels.conv2d import Conv2DKernel, conv2d_ir, takes_rows_first
+    from kernels.depthwise import depthwise_ir
+    from kernels.pooling import build_pool2d, pool2d_ir
+
+    lanewise = Conv2DWorkload((2, 32, 16, 9), (32, 4, 3, 3), padding=(1, 1, 1, 1), groups=8)
+    depthwise = Conv2DWorkload((1, 32, 33, 9), (32, 1, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1), groups=32)
+    cfg = Conv2DConfig(8, 8, 4)
+    assert runs_lanewise(lanewise, cfg)
+    for wl in (lanewise, depthwise):
+        assert "_rows_item" in depthwise_ir(wl, cfg)
+        check(wl, cfg, bias=True, residual=True, activation="relu", seed=3)
+    short = Conv2DWorkload((1, 32, 15, 9), (32, 4, 3, 3), padding=(1, 1, 1, 1), groups=8)  # 7.5 rows a thread
+    assert "_rows_item" not in depthwise_ir(short, cfg)
+    assert "_rows_item" not in depthwise_ir(depthwise, Conv2DConfig(32, 32, 4))  # one channel block
+
+    grouped = Conv2DWorkload((1, 32, 33, 10), (32, 8, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1), groups=4)
+    dense = Conv2DWorkload((2, 8, 16, 10), (32, 8, 3, 3), padding=(1, 1, 1, 1))
+    for wl, cfg in ((grouped, Conv2DConfig(8, 4, 5)), (dense, Conv2DConfig(8, 8, 5))):
+        assert takes_rows_first(wl, cfg, False) and "; items rows first" in conv2d_ir(wl, cfg)
+        assert isinstance(build_conv2d(wl, cfg), Conv2DKernel) and build_conv2d(wl, cfg).rows_first
+        run_and_compare(wl, cfg, bias=True, residual=True, activation="relu", nthreads=2, seed=4)
+    assert not takes_rows_first(grouped, Conv2DConfig(8, 32, 5), False)  # one channel block
+
+    x = np.random.default_rng(5).standard_normal((2, 16, 35, 9), dtype=np.float32)
+    args = (x.shape, 8, "max", (3, 3), (2, 2), (1, 1, 1, 1), (18, 5))
+    assert "; items rows first" in pool2d_ir(*args)
+    assert "; items rows first" not in pool2d_ir((2, 16, 29, 9), *args[1:-1], (15, 5))  # 7.5 rows a thread
+    assert "; items rows first" not in pool2d_ir(x.shape, 16, *args[2:])  # one channel block
+    k = build_pool2d(*args)
+    out = np.full(k.output_shape, np.nan, np.float32)
+    k(to_blocked(x, 8), out)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 2), (1, 1)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    np.testing.assert_array_equal(from_blocked(out), windows.max(axis=(4, 5)))
