@@ -140,6 +140,7 @@ def test_convs_and_pools_with_rows_enough_take_rows_first_and_match_the_referenc
     for wl in (lanewise, depthwise):
         assert "_rows_item" in depthwise_ir(wl, cfg)
         check(wl, cfg, bias=True, residual=True, activation="relu", seed=3)
+    check(depthwise, cfg, activation="silu", row_means=True, seed=6)  # a squeeze-excite's row means too
     short = Conv2DWorkload((1, 32, 15, 9), (32, 4, 3, 3), padding=(1, 1, 1, 1), groups=8)  # 7.5 rows a thread
     assert "_rows_item" not in depthwise_ir(short, cfg)
     assert "_rows_item" not in depthwise_ir(depthwise, Conv2DConfig(32, 32, 4))  # one channel block
