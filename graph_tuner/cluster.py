@@ -19,7 +19,9 @@ arrives it reads the topic's stored events once more and writes any the subscrip
 missed. A worker killed mid-workload: Dask runs the job again on another worker, which
 reads the topic's events first and resumes from the configs they hold (the way a local
 rerun resumes from the log), so records already sent are kept and their configs are not
-measured again (of the topic's last 1,000 events, all the scheduler keeps by default: older
+measured again. The scheduler keeps a topic's last ``distributed.admin.low-level-log-length``
+events (1,000 by default), so each job's topic is made to keep all of its events when the job is
+submitted (:func:`keep_events`; a scheduler without that private hook keeps the last 1,000: older
 ones are measured again, and the writer keeps one record of each). The writer also refuses a second search record of a config and more
 re-timings than :data:`kernels.tuner.CONFIRM_ROUNDS`, whatever arrives.
 
@@ -48,7 +50,7 @@ import os
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -378,6 +380,10 @@ class _Run:
 
     def submit(self, job, group: Group, fn: Callable, priority: float = 0):
         self.jobs[job.topic] = (job, group)
+        try:  # before the job can publish: a rerun of it must find every record sent
+            self.client.run_on_scheduler(keep_events, [job.topic])
+        except Exception:  # best effort, as forget_events
+            pass
         self.client.subscribe_topic(job.topic, lambda event: self.writer.take(job, group, event[1]))
         self.topics.append(job.topic)
         future = self.client.submit(fn, job, key=job.topic, pure=False, resources={RESOURCE: 1},
@@ -492,8 +498,7 @@ class _Run:
 
     def close(self) -> None:
         """Cancel what still runs, stop listening, close the logs; the scheduler forgets
-        the run's events (best effort: a scheduler without the hook keeps them, at most
-        ``low-level-log-length`` records a job)."""
+        the run's events (best effort: a scheduler without the hook keeps them)."""
         self.watching.set()
         if self.futures:
             self.client.cancel(self.futures)
@@ -504,6 +509,26 @@ class _Run:
             self.client.run_on_scheduler(forget_events, list(self.jobs))
         except Exception:  # a lost scheduler forgets them anyway
             pass
+
+
+def keep_events(topics: Sequence[str], dask_scheduler=None) -> bool:
+    """Run on the scheduler: make ``topics`` keep every event published to them, not the last
+    ``distributed.admin.low-level-log-length`` (1,000 by default): a job's rerun after its
+    worker died resumes from its topic's events, and a job of more records than that would
+    measure the older ones again. A private hook of Dask's (its broker's topics), hence looked
+    up with care (a scheduler that lacks it, or cannot import graph_tuner, keeps its default);
+    whether it was there. :func:`forget_events` drops them when the run ends."""
+    broker_topics = getattr(getattr(dask_scheduler, "_broker", None), "_topics", None)
+    if broker_topics is None:
+        return False
+    for name in topics:
+        topic = broker_topics[name]
+        events = getattr(topic, "events", None)
+        if not isinstance(events, deque):
+            return False
+        if events.maxlen is not None:
+            topic.events = deque(events)
+    return True
 
 
 def forget_events(topics: Sequence[str], dask_scheduler=None) -> None:

@@ -155,6 +155,26 @@ def test_a_worker_killed_mid_workload_loses_nothing(setup, tmp_path):
     assert_same_content(log, reference, model)  # its workload re-run elsewhere: nothing lost, nothing twice
 
 
+def test_a_worker_killed_after_more_records_than_the_scheduler_keeps_loses_nothing(setup, tmp_path):
+    """A scheduler keeping only a topic's last 2 events (``low-level-log-length``; 1,000 by
+    default): each job's topic keeps all of them (cluster.keep_events), so the job's rerun after
+    its worker died 5 records in still finds every record sent and measures none again."""
+    import dask
+
+    _, model, reference = setup
+    marker = tmp_path / "killed"
+    with dask.config.set({"distributed.admin.low-level-log-length": 2}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"measure": 1},
+                          dashboard_address=":0") as cluster, Client(cluster) as client:
+            measure = DieOnce(model_timer(load_model(model)), str(marker), 5)
+            result = tune(model, tmp_path / "tiny.log", trials=3, cluster=client, measure=measure, progress=False)
+            assert client.run_on_scheduler(cl.keep_events, ["another topic"])  # the hook is there
+    assert marker.exists()
+    calls = Path(f"{marker}.calls").read_text().splitlines()
+    assert len(calls) == sum(reference[0].values()) + 1
+    assert_same_content(result.logs[host_cpu().name], reference, model)
+
+
 class Slow:
     """The tuner's measure, 0.1 s slower: a run long enough to be killed midway."""
 
