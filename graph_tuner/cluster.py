@@ -21,8 +21,9 @@ reads the topic's events first and resumes from the configs they hold (the way a
 rerun resumes from the log), so records already sent are kept and their configs are not
 measured again. The scheduler keeps a topic's last ``distributed.admin.low-level-log-length``
 events (1,000 by default), so each job's topic is made to keep all of its events when the job is
-submitted (:func:`keep_events`; a scheduler without that private hook keeps the last 1,000: older
-ones are measured again, and the writer keeps one record of each). The writer also refuses a second search record of a config and more
+submitted (:func:`keep_events`; a scheduler without that private hook, or one that cannot import
+graph_tuner, keeps its last ``low-level-log-length``, said in one line: older ones are measured
+again, and the writer keeps one record of each). The writer also refuses a second search record of a config and more
 re-timings than :data:`kernels.tuner.CONFIRM_ROUNDS`, whatever arrives.
 
 Once a CPU's searches are done, its sibling groups time each other's fastest configs (one
@@ -352,6 +353,7 @@ class _Run:
         self.done: Counter = Counter()  # worker label -> jobs finished
         self.topics: list[str] = []  # subscribed
         self.stranded: str | None = None  # why the watch cancelled the run (watch_workers)
+        self.keeps_events = True  # the scheduler took keep_events so far (not asked again once it did not)
         self.watching = threading.Event()
         threading.Thread(target=self.watch_workers, daemon=True, name="graph-tuner-watch").start()
 
@@ -380,10 +382,15 @@ class _Run:
 
     def submit(self, job, group: Group, fn: Callable, priority: float = 0):
         self.jobs[job.topic] = (job, group)
-        try:  # before the job can publish: a rerun of it must find every record sent
-            self.client.run_on_scheduler(keep_events, [job.topic])
-        except Exception:  # best effort, as forget_events
-            pass
+        if self.keeps_events:  # before the job can publish: a rerun of it must find every record sent
+            try:
+                self.keeps_events = bool(self.client.run_on_scheduler(keep_events, [job.topic]))
+            except Exception:  # a scheduler that cannot import graph_tuner, say
+                self.keeps_events = False
+            if not self.keeps_events:
+                self.emit("note: the scheduler keeps only a job's last `distributed.admin.low-level-log-length` "
+                          "records (1,000 by default; it took no hook to keep them all): a job rerun after its "
+                          "worker died measures the older ones again")
         self.client.subscribe_topic(job.topic, lambda event: self.writer.take(job, group, event[1]))
         self.topics.append(job.topic)
         future = self.client.submit(fn, job, key=job.topic, pure=False, resources={RESOURCE: 1},
@@ -532,11 +539,15 @@ def keep_events(topics: Sequence[str], dask_scheduler=None) -> bool:
 
 
 def forget_events(topics: Sequence[str], dask_scheduler=None) -> None:
-    """Run on the scheduler: drop the events of ``topics`` (a private hook of Dask's,
-    hence looked up with care)."""
-    truncate = getattr(getattr(dask_scheduler, "_broker", None), "truncate", None)
-    if truncate is not None:
-        for topic in topics:
+    """Run on the scheduler: drop ``topics`` and their events (a private hook of Dask's,
+    hence looked up with care), so that a late event (a cancelled job still running) starts a
+    topic of the scheduler's default length, not one :func:`keep_events` made unbounded."""
+    broker = getattr(dask_scheduler, "_broker", None)
+    broker_topics, truncate = getattr(broker, "_topics", None), getattr(broker, "truncate", None)
+    for topic in topics:
+        if isinstance(broker_topics, dict):
+            broker_topics.pop(topic, None)
+        elif truncate is not None:
             truncate(topic)
 
 

@@ -1,7 +1,8 @@
 """x86 conv2d NCHW[ic_bn]c -> NCHW[oc_bn]c generated as LLVM IR, with a fused epilogue.
 
 The schedule is AutoTVM's x86 ``conv2d_NCHWc`` template: work items are blocks of
-output rows ``(n, oc_chunk, rows)`` spread over the threads; each row is cut into
+output rows ``(n, oc_chunk, rows)`` spread over the threads (numbered ``(n, rows, oc_chunk)``
+where :func:`takes_rows_first`); each row is cut into
 register tiles of ``oh_bn x ow_bn`` output pixels by ``oc_bn`` output channels held
 in explicit ``<lanes x float>`` accumulators updated with ``llvm.fma``; each reduction
 step holds the tile's weight vectors and one input broadcast at a time, or, when the tile
@@ -231,8 +232,9 @@ def takes_rows_first(workload: Conv2DWorkload, config: Conv2DConfig, asked: bool
     Inception-v3's 0.98x and 1.00x; DenseNet-121's 1x1 convs, which transform their input
     in a prologue, ran 1.02x in the slow phase so, and 1.00x left as they were (session 22).
     The tuner times a conv in the order it takes unasked. Any other conv (a window, a stride,
-    groups) takes rows first by the rows it writes (:func:`kernels.threads.rows_first_items`),
-    but a strided 1x1 conv over its compact copy and a tall conv run by columns.
+    groups) takes rows first by the rows it writes, asked or not, with an input prologue or not
+    (:func:`kernels.threads.rows_first_items`), but a strided 1x1 conv over its compact copy and
+    a tall conv run by columns.
 
     >>> w = Conv2DWorkload((1, 384, 14, 14), (64, 384, 1, 1))
     >>> [takes_rows_first(w, Conv2DConfig(16, oc_bn, 7), True, threads=2) for oc_bn in (16, 64)]

@@ -218,7 +218,6 @@ def depthwise_ir(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool =
     return text + MINMAX_DECL + intr.declarations() + parallel_entry_ir(name, [(body, N * CB * OH)])
 
 
-
 def depthwise_arg_shapes(workload: Conv2DWorkload, config: Conv2DConfig, *, bias: bool = False,
                          residual: bool = False, row_means: bool = False) -> dict[str, tuple[int, ...] | None]:
     """The arrays a depthwise kernel takes, by name (None: not taken), in NCHWc, in the order of

@@ -62,9 +62,11 @@ def rows_first_items(row_tiles: int, channel_blocks: int, threads: int | None = 
     wrote itself and writes over lines only it holds. Channel blocks first, a 1x1 conv reads
     every input row on every core, and a kernel after it writes over lines both cores hold,
     waiting for the other's copy to be invalidated. The convs (:func:`kernels.conv2d.takes_rows_first`,
-    :mod:`kernels.depthwise`) and the pools (:mod:`kernels.pooling`) take it alike; layout
-    transforms and elementwise kernels keep channel blocks first (transforms rows first ran
-    slower, benchmarks/README.md, session 26). Session 53 (Zen 4 VM, 2 threads; rows first
+    :mod:`kernels.depthwise`) and the pools (:mod:`kernels.pooling`) take it alike (a conv counts
+    its row tiles, ``oh_bn`` rows each; a pool or depthwise conv its rows); the other kernels
+    (layout transforms, elementwise, resize, softmax, transposed convs) keep their order
+    (transforms and elementwise kernels rows first were no faster, benchmarks/README.md,
+    sessions 26 and 53). Session 53 (Zen 4 VM, 2 threads; rows first
     before for the 1x1 convs only): the eleven shipped models took 0.97-1.00x the time
     (EfficientNet-B0 1.013x in one run, 0.997x in the next), most in the host's slow phase,
     when the FMA peak held but the memory-bound steps slowed (ResNeXt-50's first-stage grouped

@@ -166,12 +166,25 @@ def test_a_worker_killed_after_more_records_than_the_scheduler_keeps_loses_nothi
     with dask.config.set({"distributed.admin.low-level-log-length": 2}):
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"measure": 1},
                           dashboard_address=":0") as cluster, Client(cluster) as client:
+            for i in range(3):
+                client.log_event("probe", i)
+            assert [e[1] for e in client.get_events("probe")] == [1, 2]  # the scheduler keeps 2 a topic
             measure = DieOnce(model_timer(load_model(model)), str(marker), 5)
             result = tune(model, tmp_path / "tiny.log", trials=3, cluster=client, measure=measure, progress=False)
-            assert client.run_on_scheduler(cl.keep_events, ["another topic"])  # the hook is there
+            assert not any(t.startswith("graph-tuner-") for t in client.get_events())  # forgotten at the end
     assert marker.exists()
     calls = Path(f"{marker}.calls").read_text().splitlines()
     assert len(calls) == sum(reference[0].values()) + 1
+    assert_same_content(result.logs[host_cpu().name], reference, model)
+
+
+def test_a_scheduler_that_keeps_no_more_events_is_one_note_and_the_run_goes_on(setup, tmp_path, monkeypatch):
+    cluster, model, reference = setup
+    monkeypatch.setattr(cl, "keep_events", lambda topics, dask_scheduler=None: False)  # no hook there
+    lines = []
+    with Client(cluster) as client:
+        result = tune(model, tmp_path / "tiny.log", trials=3, cluster=client, progress=False, print_fn=lines.append)
+    assert sum("keeps only a job's last" in line for line in lines) == 1
     assert_same_content(result.logs[host_cpu().name], reference, model)
 
 

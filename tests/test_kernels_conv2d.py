@@ -8,7 +8,8 @@ from hypothesis import example, given, settings, strategies as st
 
 from kernels import Conv2DConfig, Conv2DWorkload
 from kernels.jit import clear_kernel_caches
-from kernels.conv2d import build_conv2d, conv2d_ir, pack_weight, reduction_block, supported, takes_rows_first
+from kernels.conv2d import (build_conv2d, columns_first, compact_input, conv2d_ir, pack_weight, reduction_block, supported,
+                            takes_rows_first)
 from kernels.packing import from_blocked, to_blocked, unpack_weight
 from kernels.activations import ACTIVATIONS
 from kernels.reference import activate, conv2d_nchw
@@ -462,7 +463,15 @@ def test_rows_first_only_where_it_fits():
     assert not takes_rows_first(w, Conv2DConfig(16, 16, 7), False, threads=2)  # 14 rows: under ROWS_FIRST_TILES per thread
     assert not takes_rows_first(w, Conv2DConfig(16, 64, 7), True, threads=2)  # one channel block
     assert not takes_rows_first(Conv2DWorkload((1, 64, 14, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1)),
-                                Conv2DConfig(16, 16, 7), True, threads=2)  # not 1x1
+                                Conv2DConfig(16, 16, 7), True, threads=2)  # a 3x3 conv: asked or not, by its 14 rows
+    assert takes_rows_first(Conv2DWorkload((1, 64, 16, 14), (64, 64, 3, 3), padding=(1, 1, 1, 1)),
+                            Conv2DConfig(16, 16, 7), False, threads=2)  # 16 rows: unasked
+    strided = Conv2DWorkload((1, 256, 32, 32), (256, 256, 1, 1), strides=(2, 2))  # 16 output rows
+    assert compact_input(strided) is not None and not takes_rows_first(strided, Conv2DConfig(16, 16, 8), False, threads=2)
+    tall = Conv2DWorkload((1, 32, 17, 17), (32, 32, 7, 1), padding=(3, 0, 3, 0))
+    assert columns_first(tall, Conv2DConfig(16, 16, 9, True))
+    assert not takes_rows_first(tall, Conv2DConfig(16, 16, 9, True), False, threads=1)  # by columns
+    assert takes_rows_first(tall, Conv2DConfig(16, 16, 9, False), False, threads=1)  # by rows: 17 of them
     assert not takes_rows_first(Conv2DWorkload((1, 64, 7, 7), (64, 64, 1, 1)), Conv2DConfig(16, 16, 7, oh_bn=2),
                                 True, threads=2)  # 4 row tiles for 2 threads: too few to share
     assert build_conv2d(w, Conv2DConfig(16, 64, 7), rows_first=True).rows_first is False
