@@ -262,3 +262,27 @@ def test_cuda_best_picks_the_fastest_and_reports_missing():
     assert chosen.task_name == "conv2d_nchw.cuda"  # direct beats winograd here
     with pytest.raises(GraphTunerError, match=r"conv2d data \[1,64,56,56\].*no cuda tuning record"):
         best_per_workload(log, [CONV])
+
+
+def test_a_winograd_gemm_two_different_convs_share_costs_neither():
+    """A padded 28x28 conv and an unpadded 30x30 one make one Winograd GEMM workload: its
+    record cannot say which it timed, so neither layer takes it (one warning naming both),
+    while a layer whose GEMM is its own does."""
+    import warnings
+
+    from graph_tuner.winograd import candidate_gemm
+
+    padded = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    unpadded = Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3))
+    gemm = candidate_gemm(padded)
+    assert gemm is not None and candidate_gemm(unpadded) == gemm
+    e = {"tile_ic": [-1, 16], "tile_oc": [-1, 16], "tile_ow": [-1, 4], "tile_oh": 1}
+    log = read_records([_rec(padded, 16, 16, 1e-3, "llvm"), _rec(unpadded, 16, 16, 1e-3, "llvm"),
+                        make_conv2d_record(gemm, e, 0, [1e-4], "llvm", timestamp=0.0)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        both = layer_candidates([padded, unpadded], log, names=["a", "b"], target="llvm")
+    assert [[c.record.workload for c in cs] for cs in both] == [[padded], [unpadded]]
+    assert len(caught) == 1 and "a, b:" in str(caught[0].message)
+    alone = layer_candidates([padded], log, target="llvm")[0]
+    assert alone[0].record.workload == gemm and alone[0].time == pytest.approx(1e-4)
