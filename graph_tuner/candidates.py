@@ -132,25 +132,6 @@ def _layer_label(i: int, names: Sequence[str] | None) -> str:
     return f"layer {i} '{names[i]}'" if names is not None else f"layer {i}"
 
 
-def _unshared(workloads: Sequence[Conv2DWorkload], gemms: list, names: Sequence[str] | None) -> list:
-    """The layers' GEMM workloads, whose records are their Winograd candidates, but None (and a
-    warning) for a GEMM two different convs of the layers share: a GEMM record does not say
-    which conv it was timed as (28x28 outputs padded, or 30x30 inputs unpadded, make one GEMM),
-    so it costs neither; the tuner leaves such a GEMM out too (:func:`graph_tuner.winograd.tuning_workloads`)."""
-    convs: dict[tuple, set] = {}
-    for w, g in zip(workloads, gemms):
-        if g is not None:
-            convs.setdefault(match_key(g), set()).add(match_key(w))
-    shared = {g for g, ws in convs.items() if len(ws) > 1}
-    if not shared:
-        return gemms
-    hit = [i for i, g in enumerate(gemms) if g is not None and match_key(g) in shared]
-    named = [names[i] if names is not None else f"layer {i}" for i in hit]
-    warnings.warn(f"{', '.join(named)}: different convs whose Winograd form is one GEMM workload, so no GEMM "
-                  "record says which of them it timed; they are planned as direct convs")
-    return [None if i in hit else g for i, g in enumerate(gemms)]
-
-
 def layer_candidates(
     workloads: Sequence[Conv2DWorkload],
     records: RecordLog | Iterable[Record],
@@ -173,10 +154,16 @@ def layer_candidates(
     """
     if names is not None and len(names) != len(workloads):
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
-    from graph_tuner.winograd import candidate_gemm
+    from graph_tuner.winograd import candidate_gemm, shared_gemms
 
     kind = target_kind(target)
-    gemms = _unshared(workloads, [candidate_gemm(w) for w in workloads], names)
+    gemms = [candidate_gemm(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
+    shared = shared_gemms(workloads)
+    if shared:
+        hit = [i for i, g in enumerate(gemms) if g in shared]
+        warnings.warn(f"{', '.join(_layer_label(i, names) for i in hit)}: different convs whose Winograd form is one "
+                      "GEMM workload, so no GEMM record says which of them it timed; they are planned as direct convs")
+        gemms = [None if g in shared else g for g in gemms]
     gemm_keys = {match_key(g) for g in gemms if g is not None}
     wanted = {match_key(w) for w in workloads} | gemm_keys
     # A config measured several times (our tuner re-times its winners in rounds) counts at

@@ -62,20 +62,39 @@ def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:
     return gemm is not None and dataclasses.replace(record, out_dtype="") == dataclasses.replace(gemm, out_dtype="")
 
 
+def shared_gemms(workloads) -> set[Conv2DWorkload]:
+    """The GEMM workloads (:func:`candidate_gemm`) that two different convs of ``workloads``
+    share: 64 channels at 15x15 and 16x16 both make 4x4 tiles, and so do an unpadded 18x18 and a
+    padded 16x16. A GEMM record does not say which conv it was timed as, so such a GEMM is
+    neither tuned (:func:`tuning_workloads`) nor a candidate of either layer
+    (:func:`graph_tuner.candidates.layer_candidates`).
+
+    >>> from kernels.workload import Conv2DWorkload
+    >>> padded = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    >>> shared_gemms([padded, Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3))]) == {gemm_workload(padded)}
+    True
+    >>> shared_gemms([padded, padded])
+    set()
+    """
+    convs: dict[Conv2DWorkload, set] = {}
+    for w in workloads:
+        gemm = candidate_gemm(w)
+        if gemm is not None:
+            convs.setdefault(gemm, set()).add(w)
+    return {g for g, ws in convs.items() if len(ws) > 1}
+
+
 def _tuned(model) -> dict[Conv2DWorkload, tuple[Conv2DWorkload, int]]:
     """GEMM workload -> (the conv it is timed as, its layer count), for the model's eligible
-    layers. A GEMM two of its conv workloads share (64 channels at 15x15 and 16x16 both make
-    4x4 tiles, and so do an unpadded 18x18 and a padded 16x16) is left out: one record cannot
-    time two different convs."""
+    layers, but the :func:`shared_gemms`."""
+    distinct = model.distinct_workloads()
+    shared = shared_gemms(w for w, _ in distinct)
     found: dict[Conv2DWorkload, tuple[Conv2DWorkload, int]] = {}
-    shared = set()
-    for w, n in model.distinct_workloads():
-        if eligible(w):
-            gemm = gemm_workload(w)
-            if gemm in found and found[gemm][0] != w:
-                shared.add(gemm)
+    for w, n in distinct:
+        gemm = candidate_gemm(w)
+        if gemm is not None and gemm not in shared:
             found[gemm] = (w, found.get(gemm, (w, 0))[1] + n)
-    return {g: v for g, v in found.items() if g not in shared}
+    return found
 
 
 def tuning_workloads(model) -> list[tuple[Conv2DWorkload, int]]:

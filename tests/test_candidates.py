@@ -283,6 +283,6 @@ def test_a_winograd_gemm_two_different_convs_share_costs_neither():
         warnings.simplefilter("always")
         both = layer_candidates([padded, unpadded], log, names=["a", "b"], target="llvm")
     assert [[c.record.workload for c in cs] for cs in both] == [[padded], [unpadded]]
-    assert len(caught) == 1 and "a, b:" in str(caught[0].message)
+    assert len(caught) == 1 and "layer 0 'a', layer 1 'b':" in str(caught[0].message)
     alone = layer_candidates([padded], log, target="llvm")[0]
     assert alone[0].record.workload == gemm and alone[0].time == pytest.approx(1e-4)
