@@ -148,7 +148,9 @@ def layer_candidates(
     (:func:`graph_tuner.winograd.candidate_gemm`),
     a config's time the median of its records' times,
     the fastest config per (in_block, out_block) among those timed more than once if any
-    were (re-timed finalists), then the ``k`` fastest of those. A layer without records is a :class:`GraphTunerError`;
+    were (re-timed finalists), then the ``k`` fastest of those. A GEMM record that names
+    another conv than the layer's (:data:`graph_tuner.records.WINOGRAD_FIELD`) is left out, with
+    a warning. A layer without records is a :class:`GraphTunerError`;
     with ``fallback=True`` it gets one AutoTVM-fallback candidate (:func:`fallback_candidate`)
     and a warning.
     """
@@ -162,9 +164,13 @@ def layer_candidates(
     if shared:
         hit = [i for i, g in enumerate(gemms) if g in shared]
         warnings.warn(f"{', '.join(_layer_label(i, names) for i in hit)}: different convs whose Winograd form is one "
-                      "GEMM workload, so no GEMM record says which of them it timed; they are planned as direct convs")
+                      "GEMM workload, which the tuner times as one conv (and older records name none); they are planned "
+                      "as direct convs")
         gemms = [None if g in shared else g for g in gemms]
-    gemm_keys = {match_key(g) for g in gemms if g is not None}
+    # GEMM key -> its layers' conv: a GEMM record timed as another conv (WINOGRAD_FIELD; a log
+    # merged with another model's) is not this layer's time.
+    conv_of = {match_key(g): match_key(w) for w, g in zip(workloads, gemms) if g is not None}
+    gemm_keys = set(conv_of)
     wanted = {match_key(w) for w in workloads} | gemm_keys
     # A config measured several times (our tuner re-times its winners in rounds) counts at
     # the median of its records: the fastest of many noisy timings is biased low, and one
@@ -175,9 +181,13 @@ def layer_candidates(
     def usable(rec: Record) -> bool:  # the executor runs float32: another type's time is not a layer's
         return rec.task_name in X86_TASKS and rec.target_kind == kind and rec.float32
 
+    others = 0
     for rec in log.records:
         key = match_key(rec.workload)
         if not usable(rec) or key not in wanted:
+            continue
+        if key in gemm_keys and rec.winograd_of is not None and match_key(rec.winograd_of) != conv_of[key]:
+            others += 1
             continue
         ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))
         runs.setdefault(ident, []).append(rec)
@@ -197,6 +207,9 @@ def layer_candidates(
             continue  # see module docstring
         _keep_better(best.setdefault(key, {}), (config.ic_bn, config.oc_bn), (len(recs) < 2, rec.time),
                      Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config))
+    if others:
+        warnings.warn(f"{others} Winograd GEMM records were timed as another conv than the layer here whose GEMM "
+                      "they are (a log merged with another model's?): left out, their times are that conv's")
     out = []
     for i, (w, gemm) in enumerate(zip(workloads, gemms)):
         pairs = dict(best.get(match_key(w), {}))

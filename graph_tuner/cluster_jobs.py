@@ -177,7 +177,9 @@ def run_conv_job(job: ConvJob) -> JobReport:
 
     def on_measure(m) -> None:
         summary.add(m)
-        stream.send({"line": format_record(measurement_record(job.workload, m, job.target)), "index": m.index,
+        line = format_record(measurement_record(job.workload, m, job.target,
+                                                winograd={job.workload: job.winograd_of} if job.winograd_of else None))
+        stream.send({"line": line, "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": m.confirmation})
 
     load = OtherLoad().start()
@@ -204,7 +206,7 @@ def run_exchange_job(job: ExchangeJob) -> JobReport:
     measure = job.measure or KernelTimer(epilogues=job.epilogues, winograd=job.winograd or None)
 
     def send(w, m) -> None:
-        line = format_record(measurement_record(w, m, job.target, origin=EXCHANGE_ORIGIN))
+        line = format_record(measurement_record(w, m, job.target, origin=EXCHANGE_ORIGIN, winograd=job.winograd))
         stream.send({"line": line, "key": conv_input_key(w, job.target), "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": True, "exchange": True})
 

@@ -127,6 +127,10 @@ class Record(_Measured):
     # The data and kernel tensors' element types as logged: a float16 or int8 record of the
     # same shapes is another computation, never a float32 layer's (review, session 51).
     dtypes: tuple[str, str] = field(default=("float32", "float32"), kw_only=True)
+    # A Winograd GEMM record's conv (WINOGRAD_FIELD): the layer workload it was timed as. Two
+    # convs can make one GEMM workload (a padded 28x28 and an unpadded 30x30), and the
+    # record's time is one of theirs only. None: a direct record, or a GEMM record from before.
+    winograd_of: Conv2DWorkload | None = field(default=None, kw_only=True)
 
     @property
     def float32(self) -> bool:
@@ -504,7 +508,31 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
         target=env["target"], task_name=env["task"], workload=workload,
         config_index=index, entity=entity, costs=env["costs"], error_no=env["error_no"],
         version=env["version"], source=where, raw=dict(obj), dtypes=(args[0][2], args[1][2]),
+        winograd_of=_winograd_of(obj, workload),
     )
+
+
+def _winograd_of(obj: Mapping, workload: Conv2DWorkload) -> Conv2DWorkload | None:
+    """The conv a GEMM record names (:data:`WINOGRAD_FIELD`), checked to be a conv whose
+    Winograd GEMM is the record's workload; None where the record names none."""
+    from kernels.winograd import gemm_workload, supported
+
+    if WINOGRAD_FIELD not in obj:
+        return None
+    args = obj[WINOGRAD_FIELD]
+    if not checks.is_list(args):
+        raise checks.BadRecord(f"{WINOGRAD_FIELD} {show(args)} is not a conv's argument list")
+    conv = _conv_workload("conv2d_NCHWc.x86", args)
+    same = (lambda a, b: dataclasses.replace(a, out_dtype="") == dataclasses.replace(b, out_dtype=""))
+    if not supported(conv) or not same(gemm_workload(conv), workload):
+        raise checks.BadRecord(f"{WINOGRAD_FIELD} names a conv ({_args_text(conv)}) whose Winograd GEMM is not "
+                               "this record's workload: the record was edited or merged wrongly; "
+                               "drop the line or the field")
+    return conv
+
+
+def _args_text(w: Conv2DWorkload) -> str:
+    return f"data {list(w.data_shape)} kernel {list(w.kernel_shape)} pad {list(w.padding)}"
 
 
 # Which of graph-tuner's steps made a conv record, where that is not the kernel search (absent:
@@ -513,6 +541,10 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
 # them as its own search's trials, at whatever --trials. TVM ignores keys it does not know.
 ORIGIN_FIELD = "graph_tuner_origin"
 EXCHANGE_ORIGIN = "sibling-exchange"
+# A Winograd GEMM record's conv, as a conv record's argument list (Record.winograd_of): the tuner
+# times a GEMM workload's configs as the whole Winograd kernel of one conv, and another conv
+# with the same GEMM (15x15 and 16x16 make 4x4 tiles) costs it otherwise.
+WINOGRAD_FIELD = "graph_tuner_winograd_of"
 # `tune --retime` replaces a config's records (its search timing too) by re-timings: a rerun
 # must count them all as re-timings, not one as its search's.
 RETIME_ORIGIN = "retime"
@@ -873,13 +905,15 @@ def make_conv2d_record(
     all_cost: float = 0.0,
     timestamp: float | None = None,
     origin: str | None = None,
+    winograd_of: Conv2DWorkload | None = None,
 ) -> dict:
     """A TVM >= 0.7 (v0.2) ``conv2d_NCHWc.x86`` / ``depthwise_conv2d_NCHWc.x86`` record.
 
     ``entity`` is a record entity list (``ConfigSpace.entity_list``) or a dict name ->
     value (lists are splits, everything else options). ``target`` is e.g.
     ``"llvm -mcpu=sapphirerapids"``. ``origin`` (e.g. :data:`EXCHANGE_ORIGIN`) is written as
-    :data:`ORIGIN_FIELD`.
+    :data:`ORIGIN_FIELD`; ``winograd_of`` (the conv a Winograd GEMM ``workload`` was timed
+    as) as :data:`WINOGRAD_FIELD`.
 
     >>> w = Conv2DWorkload((1, 64, 56, 56), (64, 64, 3, 3), padding=(1, 1, 1, 1))
     >>> d = make_conv2d_record(w, {"tile_ic": [-1, 32], "tile_oc": [-1, 16], "tile_ow": [-1, 2],
@@ -891,18 +925,25 @@ def make_conv2d_record(
     """
     entity_list = _entity_list(entity)
     task = "depthwise_conv2d_NCHWc.x86" if workload.is_depthwise else "conv2d_NCHWc.x86"
-    args = [
-        ["TENSOR", list(workload.data_shape), "float32"],
-        ["TENSOR", list(workload.kernel_shape), "float32"],
-        list(workload.strides), list(workload.padding), list(workload.dilation),
-        workload.layout, workload.layout, workload.out_dtype,
-    ]
+    args = _conv_args(workload)
     columns = bool(entity_list) and columns_first(workload, entity_config(entity_list))  # never depthwise
     out = _v02(target, task, args, index, entity_list, costs, error_no, all_cost, timestamp,
                COLUMNS_CODE_HASH if columns else None)
     if origin is not None:
         out[ORIGIN_FIELD] = origin
+    if winograd_of is not None:
+        out[WINOGRAD_FIELD] = _conv_args(winograd_of)
     return out
+
+
+def _conv_args(workload: Conv2DWorkload) -> list:
+    """``conv2d_NCHWc.x86``'s argument list for ``workload``."""
+    return [
+        ["TENSOR", list(workload.data_shape), "float32"],
+        ["TENSOR", list(workload.kernel_shape), "float32"],
+        list(workload.strides), list(workload.padding), list(workload.dilation),
+        workload.layout, workload.layout, workload.out_dtype,
+    ]
 
 
 def _entity_list(entity: Mapping[str, Any] | Sequence[Sequence]) -> list:

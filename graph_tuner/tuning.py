@@ -49,7 +49,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from graph_tuner.candidates import describe
 from graph_tuner.environment import check_cache_dir
@@ -413,6 +413,7 @@ def tune_workloads(
     measure_transform: Callable | None = None,
     print_fn: Callable[[str], object] = lambda s: None,
     confirm: int = 20,
+    winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None,
 ) -> list[WorkloadSummary]:
     """Tune ``(workload, layer count)`` pairs into the log at ``log_path`` (appended, resumable),
     ``trials`` each (one count, or one per workload: :func:`trial_budget`).
@@ -435,6 +436,8 @@ def tune_workloads(
     workloads' input shapes) between the blocks of the tuned records are measured
     (``measure_transform``, default: for real) and their records appended
     (:func:`append_transforms`). ``print_fn`` gets one summary line per workload.
+    ``winograd`` (GEMM workload -> the conv it is timed as, :func:`graph_tuner.winograd.convs_of`)
+    makes a GEMM's records name their conv.
     """
     from tqdm import tqdm
 
@@ -469,7 +472,7 @@ def tune_workloads(
                        unit="trial", disable=not progress, leave=True)
 
             def on_measure(m, summary=summary, bar=bar, w=w, key=key):
-                log.append(format_record(measurement_record(w, m, target)))
+                log.append(format_record(measurement_record(w, m, target, winograd=winograd)))
                 summary.add(m)
                 if m.confirmation:
                     return
@@ -491,7 +494,7 @@ def tune_workloads(
         # Under a budget, the exchange has what the searches left of it (the marks keep a rerun's
         # search, which may go on, apart from its timings).
         _log_exchange(log, dict(zip((w for w, _ in workloads), summaries)), searched, state, target,
-                      measure=measure, progress=progress, print_fn=print_fn,
+                      measure=measure, progress=progress, print_fn=print_fn, winograd=winograd,
                       deadline=None if time_budget is None else start + time_budget)
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
@@ -503,7 +506,7 @@ def tune_workloads(
 
 def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searched: dict[str, dict[int, float | None]],
                   state: LogState, target: str, *, measure, progress: bool, print_fn: Callable,
-                  deadline: float | None = None) -> None:
+                  deadline: float | None = None, winograd: Mapping | None = None) -> None:
     """:func:`exchange_siblings` after every search of :func:`tune_workloads`: each timing
     appended to ``log`` (marked) and flushed, and counted in its workload's summary."""
     from tqdm import tqdm
@@ -512,7 +515,7 @@ def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searche
     bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
 
     def on_exchange(w, m):
-        log.append(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)))
+        log.append(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN, winograd=winograd)))
         summaries[w].add(m)
         bar.update(1)
 
@@ -534,6 +537,7 @@ def retime_workloads(
     confirm: int = 20,
     progress: bool = True,
     print_fn: Callable[[str], object] = lambda s: None,
+    winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None,
 ) -> int:
     """Time each workload's finalists again and replace their records in the log; no search.
 
@@ -603,7 +607,7 @@ def retime_workloads(
                 if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN}
     for w, ms in timings:
         kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
-                                                  else EXCHANGE_ORIGIN)).encode() for m in ms]
+                                                  else EXCHANGE_ORIGIN, winograd=winograd)).encode() for m in ms]
     atomic_write_all({path: b"\n".join(kept) + b"\n"})
     return len(replaced)
 
@@ -739,12 +743,15 @@ def _index(space, c: Conv2DConfig) -> int | None:
         return None
 
 
-def measurement_record(w: Conv2DWorkload, m, target: str, origin: str | None = None) -> dict:
+def measurement_record(w: Conv2DWorkload, m, target: str, origin: str | None = None,
+                       winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None) -> dict:
     """The v0.2 record of one :class:`kernels.tuner.Measurement` of ``w`` on ``target``
     (a failed one costs TVM's ``[1e9]`` and carries its ``error_no``; ``origin``: see
-    :data:`graph_tuner.records.ORIGIN_FIELD`)."""
+    :data:`graph_tuner.records.ORIGIN_FIELD`). A Winograd GEMM ``w`` of ``winograd`` (GEMM
+    workload -> the conv it is timed as) names its conv (:data:`graph_tuner.records.WINOGRAD_FIELD`)."""
     return make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
-                              error_no=m.error_no, all_cost=m.elapsed, origin=origin)
+                              error_no=m.error_no, all_cost=m.elapsed, origin=origin,
+                              winograd_of=(winograd or {}).get(w))
 
 
 def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:
@@ -846,6 +853,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
     nothing new and the log has a ratio for every step of the plan.
     """
     from graph_tuner.loading import load_model
+    from graph_tuner.winograd import convs_of
 
     m = load_model(model)
     if kwargs.get("measure") is None:
@@ -855,7 +863,7 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
     measure_transform = kwargs.get("measure_transform")
     workloads = model_workloads(m)
     kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
-    summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
+    summaries = tune_workloads(workloads, log_path, transforms=False, winograd=convs_of(m), **kwargs)
     if transforms:
         start = time.monotonic()
         added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
@@ -984,11 +992,12 @@ def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     fused epilogue its layers run; then its layout transforms (:func:`retime_transforms`) and
     the other steps timed again into the log."""
     from graph_tuner.loading import load_model
+    from graph_tuner.winograd import convs_of
 
     m = load_model(model)
     if kwargs.get("measure") is None:
         kwargs["measure"] = model_timer(m)
-    n = retime_workloads(model_workloads(m), log_path, **kwargs)
+    n = retime_workloads(model_workloads(m), log_path, winograd=convs_of(m), **kwargs)
     retime_transforms(log_path, progress=kwargs.get("progress", True))
     _log_tuner(m, log_path, 20, fresh_steps=True)  # the other steps' timings too, appended
     return n

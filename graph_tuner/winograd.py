@@ -8,6 +8,10 @@ the tuner. A layer's candidates are then its direct records and its GEMM's, side
 both read and write the layer's tensors in ``(ic_bn, oc_bn)`` blocks, so the solver picks
 per layer, with the layout transforms in view, and a plan's record for the layer says
 which kernel runs it. A log without GEMM records (any log from before) plans direct convs.
+A GEMM record names the conv it was timed as (:data:`graph_tuner.records.WINOGRAD_FIELD`,
+written since session 54): another conv with the same GEMM workload (a log merged with
+another model's) does not take it. Records from before name none and are taken as the
+one conv of the model whose GEMM they are.
 (A model with a real 36-group 1x1 conv of a GEMM's very shape would read those records as its
 own; no model we know has one.)
 
@@ -65,8 +69,9 @@ def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:
 def shared_gemms(workloads) -> set[Conv2DWorkload]:
     """The GEMM workloads (:func:`candidate_gemm`) that two different convs of ``workloads``
     share: 64 channels at 15x15 and 16x16 both make 4x4 tiles, and so do an unpadded 18x18 and a
-    padded 16x16. A GEMM record does not say which conv it was timed as, so such a GEMM is
-    neither tuned (:func:`tuning_workloads`) nor a candidate of either layer
+    padded 16x16. The tuner times a GEMM workload as one conv, and records from before
+    :data:`graph_tuner.records.WINOGRAD_FIELD` do not say which, so such a GEMM is neither
+    tuned (:func:`tuning_workloads`) nor a candidate of either layer
     (:func:`graph_tuner.candidates.layer_candidates`).
 
     >>> from kernels.workload import Conv2DWorkload

@@ -19,7 +19,7 @@ from graph_tuner.candidates import (
     simd_lanes,
 )
 from graph_tuner.errors import GraphTunerError
-from graph_tuner.records import make_conv2d_record, read_records
+from graph_tuner.records import format_record, make_conv2d_record, read_records
 from kernels.workload import Conv2DWorkload
 
 DATA = Path(__file__).parent / "data"
@@ -286,3 +286,36 @@ def test_a_winograd_gemm_two_different_convs_share_costs_neither():
     assert len(caught) == 1 and "layer 0 'a', layer 1 'b':" in str(caught[0].message)
     alone = layer_candidates([padded], log, target="llvm")[0]
     assert alone[0].record.workload == gemm and alone[0].time == pytest.approx(1e-4)
+
+
+def test_a_winograd_gemm_record_timed_as_another_conv_is_no_candidate():
+    """A GEMM record names the conv it was timed as: in a log merged with another model's,
+    a record of this layer's GEMM timed as that model's conv (an unpadded 30x30 where this
+    layer is a padded 28x28) is left out with one warning; one naming this layer, or none
+    (a log from before the field), is its candidate."""
+    import warnings
+
+    from graph_tuner.winograd import candidate_gemm
+
+    padded = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    unpadded = Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3))
+    gemm = candidate_gemm(padded)
+    e16 = {"tile_ic": [-1, 16], "tile_oc": [-1, 16], "tile_ow": [-1, 4], "tile_oh": 1}
+    e32 = {"tile_ic": [-1, 16], "tile_oc": [-1, 32], "tile_ow": [-1, 4], "tile_oh": 1}
+    e8 = {"tile_ic": [-1, 8], "tile_oc": [-1, 16], "tile_ow": [-1, 4], "tile_oh": 1}
+    log = read_records([_rec(padded, 16, 16, 1e-3, "llvm"),
+                        make_conv2d_record(gemm, e16, 0, [1e-5], "llvm", timestamp=0.0, winograd_of=unpadded),
+                        make_conv2d_record(gemm, e32, 1, [2e-4], "llvm", timestamp=0.0, winograd_of=padded),
+                        make_conv2d_record(gemm, e8, 2, [3e-4], "llvm", timestamp=0.0)])
+    assert [r.winograd_of for r in log.records] == [None, unpadded, padded, None]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (cands,) = layer_candidates([padded], log, target="llvm")
+    got = {(c.in_block, c.out_block): c.time for c in cands}
+    assert got == {(16, 16): pytest.approx(1e-3), (16, 32): pytest.approx(2e-4), (8, 16): pytest.approx(3e-4)}
+    assert len(caught) == 1 and "1 Winograd GEMM records were timed as another conv" in str(caught[0].message)
+    # The other model's conv takes the record timed as it, not the one timed as this layer.
+    (theirs,) = layer_candidates([unpadded], read_records([format_record(r) for r in log.records[1:]]),
+                                 target="llvm")
+    assert {(c.in_block, c.out_block): c.time for c in theirs} == {(16, 16): pytest.approx(1e-5),
+                                                             (8, 16): pytest.approx(3e-4)}

@@ -405,3 +405,24 @@ def test_a_cpu_whose_last_worker_is_gone_for_good_stops_the_run_in_one_line(tmp_
         remover.join()
         assert time.monotonic() - start < 60
     assert STARTED.is_set()
+
+
+def test_a_winograd_gemms_records_name_their_conv_locally_and_on_the_cluster(setup, tmp_path):
+    """A GEMM's records name the conv its configs were timed as (WINOGRAD_FIELD), whether the
+    tune runs here or on workers; the conv's own records name none."""
+    from graph_tuner.builder import GraphBuilder
+    from graph_tuner.records import read_records
+    from graph_tuner.winograd import candidate_gemm
+
+    b = GraphBuilder("winograd")
+    x = b.input((1, 32, 8, 8))
+    m = b.build(b.conv(b.conv(x, 32, 3, padding=1, name="a"), 32, 1, name="b"))
+    conv = m.workload(m.convs()[0])
+    gemm = candidate_gemm(conv)
+    assert gemm is not None
+    for where in (None, setup[0].scheduler_address):
+        log = tmp_path / f"{'local' if where is None else 'cluster'}.log"
+        tune(m, log, measure=landscape, trials=4, cluster=where, progress=False, transforms=False, calibrate=False)
+        recs = read_records(log).records
+        assert {r.workload for r in recs} == {conv, gemm, m.workload(m.convs()[1])}
+        assert all(r.winograd_of == (conv if r.workload == gemm else None) for r in recs)

@@ -378,3 +378,27 @@ def test_tall_conv_records_say_whether_they_ran_down_the_columns(tmp_path):
     path = tmp_path / "t.log"
     path.write_text(json.dumps(new) + "\n" + json.dumps(legacy) + "\n")
     assert [r.index for r in logged_records(path, "llvm")] == [marked.config_index, old.config_index]
+
+
+def test_a_winograd_gemm_record_names_its_conv_and_a_wrong_name_is_a_one_line_error():
+    """WINOGRAD_FIELD round-trips (read, written back as read), and a conv whose GEMM is not the
+    record's workload, or a field that is no argument list, stops the read at its line."""
+    from graph_tuner.records import WINOGRAD_FIELD
+    from kernels.winograd import gemm_workload
+
+    conv = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    gemm = gemm_workload(conv)
+    entity = {"tile_ic": [-1, 16], "tile_oc": [-1, 16], "tile_ow": [-1, 7], "tile_oh": 1}
+    line = format_record(make_conv2d_record(gemm, entity, 0, [1e-4], "llvm", timestamp=0.0, winograd_of=conv))
+    rec = read_records([line]).records[0]
+    assert rec.workload == gemm and rec.winograd_of == conv and format_record(rec) == line
+    assert read_records([GOOD_V02]).records[0].winograd_of is None
+    other = Conv2DWorkload((1, 64, 32, 32), (64, 64, 3, 3), padding=(1, 1, 1, 1))  # 8x8 tiles, not 7x7
+    assert gemm_workload(other) != gemm
+    wrong = json.loads(line) | {WINOGRAD_FIELD: make_conv2d_record(other, {}, 0, [1e-4], "llvm")["input"][2]}
+    with pytest.raises(GraphTunerError, match=r"^<records>:2: .*names a conv \(data \[1, 64, 32, 32\] .*whose "
+                                              r"Winograd GEMM is not this record's workload"):
+        read_records([GOOD_V02, json.dumps(wrong)])
+    for bad in ("a conv", [["TENSOR", [1, 64, 28, 28], "float32"]]):
+        with pytest.raises(GraphTunerError, match=r"^<records>:1: not a valid AutoTVM record"):
+            read_records([json.dumps(json.loads(line) | {WINOGRAD_FIELD: bad})])

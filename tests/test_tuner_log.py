@@ -439,7 +439,8 @@ def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
     """A Winograd-eligible layer's candidates include its GEMM's records; --retime times those
     as the GEMM (a workload of its own in the list), never as a direct conv of the layer:
     Inception-v3's shipped log stopped --retime with an internal error, a GEMM config's
-    tile_ow (18) not in the 71-wide layer's space."""
+    tile_ow (18) not in the 71-wide layer's space. Every GEMM record, searched or re-timed,
+    names the conv it was timed as (WINOGRAD_FIELD); the layer's own records name none."""
     from graph_tuner.winograd import candidate_gemm
 
     layer = Conv2DWorkload((1, 80, 73, 73), (192, 80, 3, 3))  # Inception-v3's
@@ -449,13 +450,17 @@ def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
         return fake(w, c) / (10 if w == gemm else 1)
 
     log = tmp_path / "t.log"
-    tune_workloads([(layer, 1), (gemm, 1)], log, trials=24, measure=timer, progress=False, transforms=False)
+    tune_workloads([(layer, 1), (gemm, 1)], log, trials=24, measure=timer, progress=False, transforms=False,
+                   winograd={gemm: layer})
     before = read_records(log).records
+    assert {r.workload: r.winograd_of for r in before} == {layer: None, gemm: layer}
     entities = {w: {json.dumps(r.entity, sort_keys=True) for r in before if r.workload == w} for w in (layer, gemm)}
     # tile_ow 18 (the GEMM's whole width) is not in the layer's space
     assert any(entity_config(r.entity).ow_bn == 18 for r in before if r.workload == gemm)
-    retime_workloads([(layer, 1), (gemm, 1)], log, measure=lambda w, c: 2 * timer(w, c), confirm=4, progress=False)
+    retime_workloads([(layer, 1), (gemm, 1)], log, measure=lambda w, c: 2 * timer(w, c), confirm=4, progress=False,
+                     winograd={gemm: layer})
     after = read_records(log).records
+    assert all(r.winograd_of == (layer if r.workload == gemm else None) for r in after)
     # No config of one workload recorded under the other; both re-timed at the new speed.
     assert {w: {json.dumps(r.entity, sort_keys=True) for r in after if r.workload == w} for w in (layer, gemm)} == entities
     for w in (layer, gemm):
