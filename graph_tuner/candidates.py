@@ -181,13 +181,13 @@ def layer_candidates(
     def usable(rec: Record) -> bool:  # the executor runs float32: another type's time is not a layer's
         return rec.task_name in X86_TASKS and rec.target_kind == kind and rec.float32
 
-    others = 0
+    others: dict[Conv2DWorkload, set[Conv2DWorkload]] = {}  # GEMM key -> the other convs its records name
     for rec in log.records:
         key = match_key(rec.workload)
         if not usable(rec) or key not in wanted:
             continue
         if key in gemm_keys and rec.winograd_of is not None and match_key(rec.winograd_of) != conv_of[key]:
-            others += 1
+            others.setdefault(key, set()).add(match_key(rec.winograd_of))
             continue
         ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))
         runs.setdefault(ident, []).append(rec)
@@ -207,9 +207,12 @@ def layer_candidates(
             continue  # see module docstring
         _keep_better(best.setdefault(key, {}), (config.ic_bn, config.oc_bn), (len(recs) < 2, rec.time),
                      Candidate(rec, config.ic_bn, config.oc_bn, rec.time, config))
-    if others:
-        warnings.warn(f"{others} Winograd GEMM records were timed as another conv than the layer here whose GEMM "
-                      "they are (a log merged with another model's?): left out, their times are that conv's")
+    for key, convs in others.items():
+        hit = [i for i, g in enumerate(gemms) if g is not None and match_key(g) == key]
+        warnings.warn(f"{', '.join(_layer_label(i, names) for i in hit)}: the log's records of its Winograd GEMM "
+                      f"were timed as another conv ({'; '.join(sorted(describe(c) for c in convs))}), from a log "
+                      "merged with another model's?; left out: `graph-tuner tune` this model into the log to time "
+                      "its own")
     out = []
     for i, (w, gemm) in enumerate(zip(workloads, gemms)):
         pairs = dict(best.get(match_key(w), {}))

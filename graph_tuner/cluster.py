@@ -624,7 +624,7 @@ def tune_on_cluster(
         for g in groups:
             locks.enter_context(log_lock(g.path))
             g.path = prepare_log(g.path)
-            g.state = logged(g.path, g.target)
+            g.state = logged(g.path, g.target, winograd.convs_of(m))
         n = sum(len(g.workers) for g in groups)
         bar = tqdm(total=0, desc=f"tuning on {n} worker{'s' if n != 1 else ''}", unit="measurement",
                    disable=not progress, delay=0.5)  # delay: drawn once the totals are known

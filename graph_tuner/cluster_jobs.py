@@ -206,7 +206,7 @@ def run_exchange_job(job: ExchangeJob) -> JobReport:
     measure = job.measure or KernelTimer(epilogues=job.epilogues, winograd=job.winograd or None)
 
     def send(w, m) -> None:
-        line = format_record(measurement_record(w, m, job.target, origin=EXCHANGE_ORIGIN, winograd=job.winograd))
+        line = format_record(measurement_record(w, m, job.target, origin=EXCHANGE_ORIGIN))
         stream.send({"line": line, "key": conv_input_key(w, job.target), "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": True, "exchange": True})
 

@@ -520,19 +520,29 @@ def _winograd_of(obj: Mapping, workload: Conv2DWorkload) -> Conv2DWorkload | Non
     if WINOGRAD_FIELD not in obj:
         return None
     args = obj[WINOGRAD_FIELD]
-    if not checks.is_list(args):
-        raise checks.BadRecord(f"{WINOGRAD_FIELD} {show(args)} is not a conv's argument list")
-    conv = _conv_workload("conv2d_NCHWc.x86", args)
-    same = (lambda a, b: dataclasses.replace(a, out_dtype="") == dataclasses.replace(b, out_dtype=""))
-    if not supported(conv) or not same(gemm_workload(conv), workload):
-        raise checks.BadRecord(f"{WINOGRAD_FIELD} names a conv ({_args_text(conv)}) whose Winograd GEMM is not "
-                               "this record's workload: the record was edited or merged wrongly; "
-                               "drop the line or the field")
+    fix = "the line was edited or merged wrongly: drop it, or the field"
+    try:
+        if not checks.is_list(args):
+            raise checks.BadRecord(f"{show(args)} is not a conv's argument list")
+        conv = _conv_workload("conv2d_NCHWc.x86", args)
+        if conv.layout != "NCHW" or [a[2] for a in args[:2]] != ["float32", "float32"]:
+            raise checks.BadRecord(f"{_conv_text(conv)} is not a float32 NCHW conv, as the tuner times")
+    except checks.BadRecord as e:
+        raise checks.BadRecord(f"{WINOGRAD_FIELD}: {e}; {fix}") from None
+    if not supported(conv):
+        raise checks.BadRecord(f"{WINOGRAD_FIELD} names {_conv_text(conv)}, which has no Winograd form "
+                               f"(3x3, stride 1, ungrouped); {fix}")
+    gemm = gemm_workload(conv)
+    if dataclasses.replace(gemm, out_dtype="") != dataclasses.replace(workload, out_dtype=""):
+        raise checks.BadRecord(f"{WINOGRAD_FIELD} names {_conv_text(conv)}, whose Winograd GEMM is "
+                               f"{_conv_text(gemm)}, not this record's {_conv_text(workload)}; {fix}")
     return conv
 
 
-def _args_text(w: Conv2DWorkload) -> str:
-    return f"data {list(w.data_shape)} kernel {list(w.kernel_shape)} pad {list(w.padding)}"
+def _conv_text(w: Conv2DWorkload) -> str:
+    """A conv in a message: every field that tells two apart."""
+    return (f"conv data {list(w.data_shape)} kernel {list(w.kernel_shape)} stride {list(w.strides)} "
+            f"pad {list(w.padding)} dilation {list(w.dilation)} groups {w.groups}")
 
 
 # Which of graph-tuner's steps made a conv record, where that is not the kernel search (absent:
@@ -659,6 +669,7 @@ class Logged:
     # no measurement (a time that is not finite and positive, a config of no schedule).
     time: float | None
     origin: str | None = None  # ORIGIN_FIELD: EXCHANGE_ORIGIN, RETIME_ORIGIN, or None (a search's)
+    winograd_of: Conv2DWorkload | None = None  # WINOGRAD_FIELD: the conv a Winograd GEMM was timed as
 
 
 def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
@@ -693,9 +704,10 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
             if env["target"] == target:
                 key = input_key(env["target"], env["task"], env["args"], env["kwargs"])
                 is_transform = env["task"] == LAYOUT_TRANSFORM_TASK
-                index, time = (env["index"], None) if is_transform else _conv_read(env, obj, f"{path}:{lineno}")
+                index, time, conv = ((env["index"], None, None) if is_transform
+                                     else _conv_read(env, obj, f"{path}:{lineno}"))
                 origin = obj.get(ORIGIN_FIELD)
-                out.append(Logged(key, index, is_transform, time, origin if isinstance(origin, str) else None))
+                out.append(Logged(key, index, is_transform, time, origin if isinstance(origin, str) else None, conv))
     return out
 
 
@@ -703,23 +715,25 @@ def logged_records(path: str | os.PathLike, target: str) -> list[Logged]:
 _NOT_A_RECORD = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError)
 
 
-def _conv_read(env: dict, obj: Mapping, where: str) -> tuple[int, float | None]:
+def _conv_read(env: dict, obj: Mapping, where: str) -> tuple[int, float | None, Conv2DWorkload | None]:
     """The config index a record is read as (:func:`_conv_record`'s: a tall conv's config timed
-    over rows is the rows config, so a resumed search times the other form) and the
-    :attr:`Record.time` of a successful conv measurement, else None. A record that does not
-    read keeps its index as written (reading the log to solve reports it)."""
+    over rows is the rows config, so a resumed search times the other form), the
+    :attr:`Record.time` of a successful conv measurement, else None, and the conv it names
+    (:attr:`Record.winograd_of`). A record that does not read keeps its index as written
+    (reading the log to solve reports it)."""
     if env["task"] not in CONV2D_TASKS:
-        return env["index"], None
+        return env["index"], None, None
     try:
         rec = _conv_record(env, obj, where)
     except _NOT_A_RECORD:
-        return env["index"], None
+        return env["index"], None, None
     if env["error_no"] != 0:
-        return rec.config_index, None
+        return rec.config_index, None, rec.winograd_of
     try:
-        return rec.config_index, dataclasses.replace(rec, costs=checks.measured_costs(env["costs"])).time
+        return (rec.config_index, dataclasses.replace(rec, costs=checks.measured_costs(env["costs"])).time,
+                rec.winograd_of)
     except _NOT_A_RECORD:
-        return rec.config_index, None
+        return rec.config_index, None, rec.winograd_of
 
 
 def record_lines(path: str | os.PathLike, kind: str = "records") -> list[tuple[bytes, Record | TransformRecord | None]]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from graph_tuner.candidates import describe
+from graph_tuner.candidates import describe, match_key
 from graph_tuner.environment import check_cache_dir
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.host_state import CONTENTION_WARN, OtherLoad
@@ -260,10 +260,17 @@ class LogState:
         return {i: n for i, n in out.items() if n > 0}
 
 
-def logged(path: str | os.PathLike, target: str) -> LogState:
-    """What a log already holds for ``target`` (:func:`graph_tuner.records.logged_records`)."""
+def logged(path: str | os.PathLike, target: str,
+           winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None) -> LogState:
+    """What a log already holds for ``target`` (:func:`graph_tuner.records.logged_records`),
+    but a Winograd GEMM's records timed as another conv than ``winograd`` (GEMM workload -> the
+    conv this run times it as) says: a log merged with another model's holds them, and they
+    are not this conv's timings."""
     state = LogState()
+    foreign = foreign_gemm_records(winograd, target)
     for rec in logged_records(path, target):
+        if foreign(rec.key, rec.winograd_of):
+            continue
         if rec.is_transform:
             state.transforms.add(rec.key)
             continue
@@ -277,6 +284,20 @@ def logged(path: str | os.PathLike, target: str) -> LogState:
             runs[rec.index] = rec.time
         state.counts.setdefault(rec.key, Counter())[rec.index] += 1
     return state
+
+
+def foreign_gemm_records(winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None,
+                         target: str) -> Callable[[str, Conv2DWorkload | None], bool]:
+    """``foreign(input key, named conv)``: whether a record of that key, naming that conv
+    (:attr:`graph_tuner.records.Record.winograd_of`), is a Winograd GEMM's timed as another conv
+    than ``winograd`` maps its GEMM to. A record naming none (written before the field) is
+    taken as this conv's, as ``solve`` takes it."""
+    convs = {conv_input_key(g, target): match_key(c) for g, c in (winograd or {}).items()}
+
+    def foreign(key: str, named: Conv2DWorkload | None) -> bool:
+        return named is not None and key in convs and match_key(named) != convs[key]
+
+    return foreign
 
 
 @dataclass
@@ -454,7 +475,7 @@ def tune_workloads(
     if transforms:
         check_cache_dir()
     target = host_target()
-    state = logged(path, target)
+    state = logged(path, target, winograd)
     start = time.perf_counter()
     summaries = []
     n = len(workloads)
@@ -494,7 +515,7 @@ def tune_workloads(
         # Under a budget, the exchange has what the searches left of it (the marks keep a rerun's
         # search, which may go on, apart from its timings).
         _log_exchange(log, dict(zip((w for w, _ in workloads), summaries)), searched, state, target,
-                      measure=measure, progress=progress, print_fn=print_fn, winograd=winograd,
+                      measure=measure, progress=progress, print_fn=print_fn,
                       deadline=None if time_budget is None else start + time_budget)
     if transforms:
         shapes = transform_shapes if transform_shapes is not None else [w.data_shape for w, _ in workloads]
@@ -506,7 +527,7 @@ def tune_workloads(
 
 def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searched: dict[str, dict[int, float | None]],
                   state: LogState, target: str, *, measure, progress: bool, print_fn: Callable,
-                  deadline: float | None = None, winograd: Mapping | None = None) -> None:
+                  deadline: float | None = None) -> None:
     """:func:`exchange_siblings` after every search of :func:`tune_workloads`: each timing
     appended to ``log`` (marked) and flushed, and counted in its workload's summary."""
     from tqdm import tqdm
@@ -515,7 +536,7 @@ def _log_exchange(log, summaries: dict[Conv2DWorkload, WorkloadSummary], searche
     bar = tqdm(desc="siblings' fastest configs", unit="timing", disable=not progress, leave=False)
 
     def on_exchange(w, m):
-        log.append(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN, winograd=winograd)))
+        log.append(format_record(measurement_record(w, m, target, origin=EXCHANGE_ORIGIN)))
         summaries[w].add(m)
         bar.update(1)
 
@@ -563,8 +584,14 @@ def retime_workloads(
     if not path.exists():
         raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
     prepare_log(path)
+    # A merged log's GEMM records timed as another conv are neither finalists nor replaced.
+    foreign = foreign_gemm_records(winograd, target)
+
+    def other_conv(rec) -> bool:
+        return rec.winograd_of is not None and foreign(conv_input_key(rec.workload, target), rec.winograd_of)
+
     records = [r for r in read_records(path, skip_bad_lines=True).records
-               if r.target == target]
+               if r.target == target and not other_conv(r)]
     # Each workload's finalists among its own records: a Winograd-eligible layer's candidates
     # include its GEMM's, which are the GEMM's (a workload of its own here), timed as the GEMM.
     own: dict[Conv2DWorkload, list] = {}
@@ -599,12 +626,14 @@ def retime_workloads(
     # Every line but the replaced records is kept as it is.
     lines = record_lines(path)
     kept = [line for line, rec in lines
-            if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced]
+            if rec is None or rec.target != target or ident(rec.workload, rec.entity) not in replaced
+            or other_conv(rec)]
     # A config only the sibling exchange timed stays the exchange's: a rerun must not take it
     # for a search trial. The others' records are all re-timings now (RETIME_ORIGIN): a rerun
     # takes none of them for a search timing and so makes no re-timing more.
     searched = {ident(rec.workload, rec.entity) for _, rec in lines
-                if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN}
+                if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN
+                and not other_conv(rec)}
     for w, ms in timings:
         kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
                                                   else EXCHANGE_ORIGIN, winograd=winograd)).encode() for m in ms]
@@ -863,7 +892,8 @@ def tune_model(model, log_path: str | os.PathLike, *, top_k: int = 20, calibrate
     measure_transform = kwargs.get("measure_transform")
     workloads = model_workloads(m)
     kwargs["trials"] = warm_budget(workloads, trial_budget(workloads, kwargs.get("trials", DEFAULT_TRIALS)))
-    summaries = tune_workloads(workloads, log_path, transforms=False, winograd=convs_of(m), **kwargs)
+    kwargs.setdefault("winograd", convs_of(m))
+    summaries = tune_workloads(workloads, log_path, transforms=False, **kwargs)
     if transforms:
         start = time.monotonic()
         added, gt, plan = settle_transforms(m, log_path, top_k=top_k, measure_transform=measure_transform)
@@ -997,7 +1027,8 @@ def retime_model(model, log_path: str | os.PathLike, **kwargs) -> int:
     m = load_model(model)
     if kwargs.get("measure") is None:
         kwargs["measure"] = model_timer(m)
-    n = retime_workloads(model_workloads(m), log_path, winograd=convs_of(m), **kwargs)
+    kwargs.setdefault("winograd", convs_of(m))
+    n = retime_workloads(model_workloads(m), log_path, **kwargs)
     retime_transforms(log_path, progress=kwargs.get("progress", True))
     _log_tuner(m, log_path, 20, fresh_steps=True)  # the other steps' timings too, appended
     return n

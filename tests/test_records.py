@@ -396,9 +396,17 @@ def test_a_winograd_gemm_record_names_its_conv_and_a_wrong_name_is_a_one_line_er
     other = Conv2DWorkload((1, 64, 32, 32), (64, 64, 3, 3), padding=(1, 1, 1, 1))  # 8x8 tiles, not 7x7
     assert gemm_workload(other) != gemm
     wrong = json.loads(line) | {WINOGRAD_FIELD: make_conv2d_record(other, {}, 0, [1e-4], "llvm")["input"][2]}
-    with pytest.raises(GraphTunerError, match=r"^<records>:2: .*names a conv \(data \[1, 64, 32, 32\] .*whose "
-                                              r"Winograd GEMM is not this record's workload"):
+    with pytest.raises(GraphTunerError, match=r"^<records>:2: .*graph_tuner_winograd_of names conv data "
+                                              r"\[1, 64, 32, 32\] .*, whose Winograd GEMM is conv data "
+                                              r"\[1, 2304, 8, 8\] .*not this record's conv data \[1, 2304, 7, 7\]"):
         read_records([GOOD_V02, json.dumps(wrong)])
-    for bad in ("a conv", [["TENSOR", [1, 64, 28, 28], "float32"]]):
-        with pytest.raises(GraphTunerError, match=r"^<records>:1: not a valid AutoTVM record"):
+    args = json.loads(line)[WINOGRAD_FIELD]
+    strided = make_conv2d_record(dataclasses.replace(conv, strides=(2, 2)), {}, 0, [1e-4], "llvm")["input"][2]
+    for bad, says in (("a conv", "'a conv' is not a conv's argument list"),
+                      (args[:1], "needs at least data, kernel, strides, padding"),
+                      (args[:5] + ["NHWC", "NHWC", "float32"], "is not a float32 NCHW conv"),
+                      ([["TENSOR", args[0][1], "float16"]] + args[1:], "is not a float32 NCHW conv"),
+                      (strided, "stride \[2, 2\] .*which has no Winograd form")):
+        with pytest.raises(GraphTunerError, match=rf"^<records>:1: not a valid AutoTVM record \(graph_tuner_winograd_of"
+                                                  rf".*{says}.*drop it, or the field\); fix the line"):
             read_records([json.dumps(json.loads(line) | {WINOGRAD_FIELD: bad})])

@@ -10,7 +10,7 @@ import pytest
 from graph_tuner.candidates import fallback_config, layer_candidates
 from graph_tuner.errors import GraphTunerError
 from graph_tuner.layout_flow import parse_layout
-from graph_tuner.records import ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key, read_records
+from graph_tuner.records import ORIGIN_FIELD, RETIME_ORIGIN, WINOGRAD_FIELD, conv_input_key, read_records
 from graph_tuner.tuning import (append_transforms, host_target, logged, repair_tail, retime_workloads, transform_keys,
                                 tune_workloads)
 from kernels.config_space import entity_config, task_space, tuning_space
@@ -453,7 +453,8 @@ def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
     tune_workloads([(layer, 1), (gemm, 1)], log, trials=24, measure=timer, progress=False, transforms=False,
                    winograd={gemm: layer})
     before = read_records(log).records
-    assert {r.workload: r.winograd_of for r in before} == {layer: None, gemm: layer}
+    assert {r.workload for r in before} == {layer, gemm}
+    assert all(r.winograd_of == (layer if r.workload == gemm else None) for r in before)
     entities = {w: {json.dumps(r.entity, sort_keys=True) for r in before if r.workload == w} for w in (layer, gemm)}
     # tile_ow 18 (the GEMM's whole width) is not in the layer's space
     assert any(entity_config(r.entity).ow_bn == 18 for r in before if r.workload == gemm)
@@ -466,6 +467,47 @@ def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
     for w in (layer, gemm):
         new = [r for r in after if r.workload == w and r not in before]
         assert new and all(r.time == pytest.approx(2 * timer(w, entity_config(r.entity))) for r in new)
+
+
+def test_a_gemm_timed_as_another_conv_in_a_merged_log_is_tuned_and_retimed_as_this_one(tmp_path):
+    """A log merged with another model's holds a GEMM's records timed as that model's conv (an
+    unpadded 30x30 where this model has a padded 28x28: one GEMM workload). `tune` resumes from
+    none of them (it searches the GEMM as this conv), and `--retime` neither re-times nor
+    replaces them; records that name no conv (written before the field) still count as this
+    conv's, as `solve` takes them."""
+    from graph_tuner.winograd import candidate_gemm
+
+    padded = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    unpadded = Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3))
+    gemm = candidate_gemm(padded)
+    assert candidate_gemm(unpadded) == gemm
+    log = tmp_path / "merged.log"
+    tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
+                   winograd={gemm: unpadded})
+    theirs = log.read_text()
+    s = tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
+                       winograd={gemm: padded})[0]
+    assert (s.resumed, s.new) == (0, 8)  # none of the other conv's timings taken as its own
+    assert log.read_text().startswith(theirs)
+    named = [r.winograd_of for r in read_records(log).records]
+    assert named.count(unpadded) == theirs.count("\n") and named.count(padded) == len(named) - named.count(unpadded)
+    again = tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
+                           winograd={gemm: padded})[0]
+    assert (again.resumed, again.new, again.confirmed) == (8, 0, 0)  # its own resume as before
+    retime_workloads([(gemm, 1)], log, measure=lambda w, c: 2 * fake(w, c), confirm=2, progress=False,
+                     winograd={gemm: padded})
+    lines = log.read_text().splitlines()
+    assert [line for line in lines if "64, 30, 30]" in line] == theirs.splitlines()  # theirs untouched, in place
+    ours = [r for r in read_records(log).records if r.winograd_of == padded]
+    retimed = [r for r in ours if r.raw.get(ORIGIN_FIELD) == RETIME_ORIGIN]
+    assert retimed and all(r.time == pytest.approx(2 * fake(gemm, entity_config(r.entity))) for r in retimed)
+    # A record naming no conv is this conv's: resumed from, not searched again.
+    legacy = tmp_path / "legacy.log"
+    legacy.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != WINOGRAD_FIELD}) + "\n"
+                              for line in theirs.splitlines()))
+    old = tune_workloads([(gemm, 1)], legacy, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
+                         winograd={gemm: padded})[0]
+    assert (old.resumed, old.new) == (8, 0)
 
 
 def test_retime_needs_records_of_every_workload(tmp_path):
