@@ -164,8 +164,8 @@ def layer_candidates(
     if shared:
         hit = [i for i, g in enumerate(gemms) if g in shared]
         warnings.warn(f"{', '.join(_layer_label(i, names) for i in hit)}: different convs whose Winograd form is one "
-                      "GEMM workload, which the tuner times as one conv (and older records name none); they are planned "
-                      "as direct convs")
+                      "GEMM workload, which the tuner times as one conv (and older records name none); they are "
+                      "planned as direct convs")
         gemms = [None if g in shared else g for g in gemms]
     # GEMM key -> its layers' conv: a GEMM record timed as another conv (WINOGRAD_FIELD; a log
     # merged with another model's) is not this layer's time.

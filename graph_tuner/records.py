@@ -525,7 +525,7 @@ def _winograd_of(obj: Mapping, workload: Conv2DWorkload) -> Conv2DWorkload | Non
         if not checks.is_list(args):
             raise checks.BadRecord(f"{show(args)} is not a conv's argument list")
         conv = _conv_workload("conv2d_NCHWc.x86", args)
-        if conv.layout != "NCHW" or [a[2] for a in args[:2]] != ["float32", "float32"]:
+        if conv.layout != "NCHW" or conv.out_dtype != "float32" or [a[2] for a in args[:2]] != ["float32", "float32"]:
             raise checks.BadRecord(f"{_conv_text(conv)} is not a float32 NCHW conv, as the tuner times")
     except checks.BadRecord as e:
         raise checks.BadRecord(f"{WINOGRAD_FIELD}: {e}; {fix}") from None

@@ -584,14 +584,17 @@ def retime_workloads(
     if not path.exists():
         raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
     prepare_log(path)
-    # A merged log's GEMM records timed as another conv are neither finalists nor replaced.
-    foreign = foreign_gemm_records(winograd, target)
+    # A merged log's GEMM records timed as another conv (matched as `solve` matches them) are
+    # neither finalists nor replaced.
+    convs = {match_key(g): match_key(c) for g, c in (winograd or {}).items()}
 
     def other_conv(rec) -> bool:
-        return rec.winograd_of is not None and foreign(conv_input_key(rec.workload, target), rec.winograd_of)
+        named = rec.winograd_of
+        return named is not None and convs.get(match_key(rec.workload), match_key(named)) != match_key(named)
 
-    records = [r for r in read_records(path, skip_bad_lines=True).records
-               if r.target == target and not other_conv(r)]
+    records = [r for r in read_records(path, skip_bad_lines=True).records if r.target == target]
+    foreign = {match_key(r.workload) for r in records if other_conv(r)}
+    records = [r for r in records if not other_conv(r)]
     # Each workload's finalists among its own records: a Winograd-eligible layer's candidates
     # include its GEMM's, which are the GEMM's (a workload of its own here), timed as the GEMM.
     own: dict[Conv2DWorkload, list] = {}
@@ -599,8 +602,10 @@ def retime_workloads(
         own.setdefault(match_key(r.workload), []).append(r)
     for w, _ in workloads:
         if match_key(w) not in own:
-            raise GraphTunerError(f"{path}: no {target} record of {describe(w)}; tune it first "
-                                  f"(`graph-tuner tune` without --retime)")
+            merged = (" (its records there were timed as another conv: a log merged with another model's)"
+                      if match_key(w) in foreign else "")
+            raise GraphTunerError(f"{path}: no {target} record of {describe(w)}{merged}; "
+                                  "tune it first (`graph-tuner tune` without --retime)")
     finalists = [layer_candidates([w], own[match_key(w)], k=confirm, target=target)[0] for w, _ in workloads]
     timings = []
     bar = tqdm(total=sum(len(c) for c in finalists) * CONFIRM_ROUNDS, desc="re-timing finalists",
@@ -634,9 +639,14 @@ def retime_workloads(
     searched = {ident(rec.workload, rec.entity) for _, rec in lines
                 if rec is not None and rec.target == target and rec.raw.get(ORIGIN_FIELD) != EXCHANGE_ORIGIN
                 and not other_conv(rec)}
+    # The conv a GEMM's new records name: the one it was timed as here, else the one its records
+    # named (a caller without the mapping must not leave them unnamed).
+    named = {match_key(rec.workload): rec.winograd_of for _, rec in lines
+             if rec is not None and rec.winograd_of is not None and not other_conv(rec)}
+    names = {w: c for w, _ in workloads if (c := (winograd or {}).get(w) or named.get(match_key(w))) is not None}
     for w, ms in timings:
         kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
-                                                  else EXCHANGE_ORIGIN, winograd=winograd)).encode() for m in ms]
+                                                  else EXCHANGE_ORIGIN, winograd=names)).encode() for m in ms]
     atomic_write_all({path: b"\n".join(kept) + b"\n"})
     return len(replaced)
 

@@ -26,7 +26,7 @@ from graph_tuner.tune_api import tune
 from graph_tuner.cli import main
 from graph_tuner.loading import load_model
 from graph_tuner.records import EXCHANGE_ORIGIN, ORIGIN_FIELD, RETIME_ORIGIN, conv_input_key
-from graph_tuner.tuning import exchange_siblings, host_target, logged, model_timer, model_workloads
+from graph_tuner.tuning import exchange_siblings, host_target, logged, model_timer, model_workloads, tune_workloads
 from kernels.jit import host_cpu
 from kernels.threads import num_threads
 from kernels.workload import Conv2DWorkload
@@ -409,7 +409,9 @@ def test_a_cpu_whose_last_worker_is_gone_for_good_stops_the_run_in_one_line(tmp_
 
 def test_a_winograd_gemms_records_name_their_conv_locally_and_on_the_cluster(setup, tmp_path):
     """A GEMM's records name the conv its configs were timed as (WINOGRAD_FIELD), whether the
-    tune runs here or on workers; the conv's own records name none."""
+    tune runs here or on workers; the conv's own records name none. A log merged with another
+    model's, holding the GEMM timed as that model's conv, resumes from none of those on workers
+    either: the GEMM is searched as this conv, as much as in a log of its own."""
     from graph_tuner.builder import GraphBuilder
     from graph_tuner.records import read_records
     from graph_tuner.winograd import candidate_gemm
@@ -426,3 +428,15 @@ def test_a_winograd_gemms_records_name_their_conv_locally_and_on_the_cluster(set
         recs = read_records(log).records
         assert {r.workload for r in recs} == {conv, gemm, m.workload(m.convs()[1])}
         assert all(r.winograd_of == (conv if r.workload == gemm else None) for r in recs)
+    ours = sum(r.winograd_of == conv for r in recs)
+    unpadded = Conv2DWorkload((1, 32, 10, 10), (32, 32, 3, 3))  # 8x8 outputs too: the same GEMM
+    assert candidate_gemm(unpadded) == gemm
+    merged = tmp_path / "merged.log"
+    tune_workloads([(gemm, 1)], merged, trials=4, measure=landscape, progress=False, transforms=False,
+                   winograd={gemm: unpadded})
+    theirs = merged.read_text()
+    tune(m, merged, measure=landscape, trials=4, cluster=setup[0].scheduler_address, progress=False,
+         transforms=False, calibrate=False)
+    assert merged.read_text().startswith(theirs)
+    named = [r.winograd_of for r in read_records(merged).records]
+    assert named.count(conv) == ours and named.count(unpadded) == theirs.count("\n")

@@ -462,6 +462,9 @@ def test_retime_times_a_winograd_layers_gemm_records_as_the_gemm(tmp_path):
                      winograd={gemm: layer})
     after = read_records(log).records
     assert all(r.winograd_of == (layer if r.workload == gemm else None) for r in after)
+    # Without the mapping (a caller of its own), the GEMM's records keep the conv they named.
+    retime_workloads([(layer, 1), (gemm, 1)], log, measure=timer, confirm=4, progress=False)
+    assert all(r.winograd_of == (layer if r.workload == gemm else None) for r in read_records(log).records)
     # No config of one workload recorded under the other; both re-timed at the new speed.
     assert {w: {json.dumps(r.entity, sort_keys=True) for r in after if r.workload == w} for w in (layer, gemm)} == entities
     for w in (layer, gemm):
@@ -482,7 +485,11 @@ def test_a_gemm_timed_as_another_conv_in_a_merged_log_is_tuned_and_retimed_as_th
     gemm = candidate_gemm(padded)
     assert candidate_gemm(unpadded) == gemm
     log = tmp_path / "merged.log"
-    tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
+
+    def theirs_fast(w, c):  # the other conv's timings favour other configs, 10x faster
+        return fake(w, c) / (10 if c.oc_bn == 32 else 1)
+
+    tune_workloads([(gemm, 1)], log, trials=8, measure=theirs_fast, progress=False, transforms=False, confirm=2,
                    winograd={gemm: unpadded})
     theirs = log.read_text()
     s = tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
@@ -494,13 +501,20 @@ def test_a_gemm_timed_as_another_conv_in_a_merged_log_is_tuned_and_retimed_as_th
     again = tune_workloads([(gemm, 1)], log, trials=8, measure=fake, progress=False, transforms=False, confirm=2,
                            winograd={gemm: padded})[0]
     assert (again.resumed, again.new, again.confirmed) == (8, 0, 0)  # its own resume as before
-    retime_workloads([(gemm, 1)], log, measure=lambda w, c: 2 * fake(w, c), confirm=2, progress=False,
+    searched = {entity_config(r.entity) for r in read_records(log).records if r.winograd_of == padded}
+    retime_workloads([(gemm, 1)], log, measure=lambda w, c: 2 * fake(w, c), confirm=8, progress=False,
                      winograd={gemm: padded})
     lines = log.read_text().splitlines()
     assert [line for line in lines if "64, 30, 30]" in line] == theirs.splitlines()  # theirs untouched, in place
     ours = [r for r in read_records(log).records if r.winograd_of == padded]
     retimed = [r for r in ours if r.raw.get(ORIGIN_FIELD) == RETIME_ORIGIN]
+    assert {entity_config(r.entity) for r in ours} == searched  # finalists of its own timings only
     assert retimed and all(r.time == pytest.approx(2 * fake(gemm, entity_config(r.entity))) for r in retimed)
+    only_theirs = tmp_path / "theirs.log"
+    only_theirs.write_text(theirs)
+    with pytest.raises(GraphTunerError, match="its records there were timed as another conv"):
+        retime_workloads([(gemm, 1)], only_theirs, measure=fake, progress=False, winograd={gemm: padded})
+    assert only_theirs.read_text() == theirs
     # A record naming no conv is this conv's: resumed from, not searched again.
     legacy = tmp_path / "legacy.log"
     legacy.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != WINOGRAD_FIELD}) + "\n"
