@@ -156,7 +156,7 @@ def layer_candidates(
     """
     if names is not None and len(names) != len(workloads):
         raise ValueError(f"{len(names)} names for {len(workloads)} layers")
-    from graph_tuner.winograd import candidate_gemm, shared_gemms
+    from graph_tuner.winograd import candidate_gemm, shared_gemms, timed_as_another
 
     kind = target_kind(target)
     gemms = [candidate_gemm(w) for w in workloads]  # a layer's Winograd candidates are its GEMM's records
@@ -167,10 +167,10 @@ def layer_candidates(
                       "GEMM workload, which the tuner times as one conv (and older records name none); they are "
                       "planned as direct convs")
         gemms = [None if g in shared else g for g in gemms]
-    # GEMM key -> its layers' conv: a GEMM record timed as another conv (WINOGRAD_FIELD; a log
-    # merged with another model's) is not this layer's time.
-    conv_of = {match_key(g): match_key(w) for w, g in zip(workloads, gemms) if g is not None}
-    gemm_keys = set(conv_of)
+    # A GEMM record timed as another conv (WINOGRAD_FIELD; a log merged with another model's)
+    # is not this layer's time.
+    other = timed_as_another({g: w for w, g in zip(workloads, gemms) if g is not None})
+    gemm_keys = {match_key(g) for g in gemms if g is not None}
     wanted = {match_key(w) for w in workloads} | gemm_keys
     # A config measured several times (our tuner re-times its winners in rounds) counts at
     # the median of its records: the fastest of many noisy timings is biased low, and one
@@ -186,7 +186,7 @@ def layer_candidates(
         key = match_key(rec.workload)
         if not usable(rec) or key not in wanted:
             continue
-        if key in gemm_keys and rec.winograd_of is not None and match_key(rec.winograd_of) != conv_of[key]:
+        if other(rec.workload, rec.winograd_of):
             others.setdefault(key, set()).add(match_key(rec.winograd_of))
             continue
         ident = (key, rec.task_name, json.dumps(rec.entity, sort_keys=True))

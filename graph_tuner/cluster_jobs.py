@@ -177,8 +177,7 @@ def run_conv_job(job: ConvJob) -> JobReport:
 
     def on_measure(m) -> None:
         summary.add(m)
-        line = format_record(measurement_record(job.workload, m, job.target,
-                                                winograd={job.workload: job.winograd_of} if job.winograd_of else None))
+        line = format_record(measurement_record(job.workload, m, job.target, winograd_of=job.winograd_of))
         stream.send({"line": line, "index": m.index,
                      "seconds": m.seconds if m.ok else None, "confirmation": m.confirmation})
 

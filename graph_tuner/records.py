@@ -515,7 +515,7 @@ def _conv_record(env: dict, obj: Mapping, where: str) -> Record:
 def _winograd_of(obj: Mapping, workload: Conv2DWorkload) -> Conv2DWorkload | None:
     """The conv a GEMM record names (:data:`WINOGRAD_FIELD`), checked to be a conv whose
     Winograd GEMM is the record's workload; None where the record names none."""
-    from kernels.winograd import gemm_workload, supported
+    from graph_tuner.winograd import gemm_of, runs_winograd
 
     if WINOGRAD_FIELD not in obj:
         return None
@@ -529,11 +529,11 @@ def _winograd_of(obj: Mapping, workload: Conv2DWorkload) -> Conv2DWorkload | Non
             raise checks.BadRecord(f"{_conv_text(conv)} is not a float32 NCHW conv, as the tuner times")
     except checks.BadRecord as e:
         raise checks.BadRecord(f"{WINOGRAD_FIELD}: {e}; {fix}") from None
-    if not supported(conv):
+    gemm = gemm_of(conv)
+    if gemm is None:
         raise checks.BadRecord(f"{WINOGRAD_FIELD} names {_conv_text(conv)}, which has no Winograd form "
                                f"(3x3, stride 1, ungrouped); {fix}")
-    gemm = gemm_workload(conv)
-    if dataclasses.replace(gemm, out_dtype="") != dataclasses.replace(workload, out_dtype=""):
+    if not runs_winograd(conv, workload):
         raise checks.BadRecord(f"{WINOGRAD_FIELD} names {_conv_text(conv)}, whose Winograd GEMM is "
                                f"{_conv_text(gemm)}, not this record's {_conv_text(workload)}; {fix}")
     return conv

@@ -266,10 +266,12 @@ def logged(path: str | os.PathLike, target: str,
     but a Winograd GEMM's records timed as another conv than ``winograd`` (GEMM workload -> the
     conv this run times it as) says: a log merged with another model's holds them, and they
     are not this conv's timings."""
+    from graph_tuner.winograd import timed_as_another
+
     state = LogState()
-    foreign = foreign_gemm_records(winograd, target)
+    other, gemms = timed_as_another(winograd), {conv_input_key(g, target): g for g in winograd or {}}
     for rec in logged_records(path, target):
-        if foreign(rec.key, rec.winograd_of):
+        if rec.key in gemms and other(gemms[rec.key], rec.winograd_of):
             continue
         if rec.is_transform:
             state.transforms.add(rec.key)
@@ -284,20 +286,6 @@ def logged(path: str | os.PathLike, target: str,
             runs[rec.index] = rec.time
         state.counts.setdefault(rec.key, Counter())[rec.index] += 1
     return state
-
-
-def foreign_gemm_records(winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None,
-                         target: str) -> Callable[[str, Conv2DWorkload | None], bool]:
-    """``foreign(input key, named conv)``: whether a record of that key, naming that conv
-    (:attr:`graph_tuner.records.Record.winograd_of`), is a Winograd GEMM's timed as another conv
-    than ``winograd`` maps its GEMM to. A record naming none (written before the field) is
-    taken as this conv's, as ``solve`` takes it."""
-    convs = {conv_input_key(g, target): match_key(c) for g, c in (winograd or {}).items()}
-
-    def foreign(key: str, named: Conv2DWorkload | None) -> bool:
-        return named is not None and key in convs and match_key(named) != convs[key]
-
-    return foreign
 
 
 @dataclass
@@ -492,8 +480,8 @@ def tune_workloads(
             bar = tqdm(total=trials, initial=min(len(previous), trials), desc=f"[{i}/{n}] {_short(w)}",
                        unit="trial", disable=not progress, leave=True)
 
-            def on_measure(m, summary=summary, bar=bar, w=w, key=key):
-                log.append(format_record(measurement_record(w, m, target, winograd=winograd)))
+            def on_measure(m, summary=summary, bar=bar, w=w, key=key, conv=(winograd or {}).get(w)):
+                log.append(format_record(measurement_record(w, m, target, winograd_of=conv)))
                 summary.add(m)
                 if m.confirmation:
                     return
@@ -576,7 +564,8 @@ def retime_workloads(
     from tqdm import tqdm
 
     from graph_tuner.atomic import atomic_write_all
-    from graph_tuner.candidates import layer_candidates, match_key
+    from graph_tuner.candidates import layer_candidates
+    from graph_tuner.winograd import timed_as_another
     from kernels.tuner import CONFIRM_ROUNDS, retime
 
     path = Path(log_path)
@@ -584,13 +573,11 @@ def retime_workloads(
     if not path.exists():
         raise GraphTunerError(f"{path}: no such log; run `graph-tuner tune` first")
     prepare_log(path)
-    # A merged log's GEMM records timed as another conv (matched as `solve` matches them) are
-    # neither finalists nor replaced.
-    convs = {match_key(g): match_key(c) for g, c in (winograd or {}).items()}
+    # A merged log's GEMM records timed as another conv are neither finalists nor replaced.
+    other = timed_as_another(winograd)
 
     def other_conv(rec) -> bool:
-        named = rec.winograd_of
-        return named is not None and convs.get(match_key(rec.workload), match_key(named)) != match_key(named)
+        return other(rec.workload, rec.winograd_of)
 
     records = [r for r in read_records(path, skip_bad_lines=True).records if r.target == target]
     foreign = {match_key(r.workload) for r in records if other_conv(r)}
@@ -646,7 +633,8 @@ def retime_workloads(
     names = {w: c for w, _ in workloads if (c := (winograd or {}).get(w) or named.get(match_key(w))) is not None}
     for w, ms in timings:
         kept += [format_record(measurement_record(w, m, target, origin=RETIME_ORIGIN if ident(w, m.entity) in searched
-                                                  else EXCHANGE_ORIGIN, winograd=names)).encode() for m in ms]
+                                                  else EXCHANGE_ORIGIN, winograd_of=names.get(w))).encode()
+                 for m in ms]
     atomic_write_all({path: b"\n".join(kept) + b"\n"})
     return len(replaced)
 
@@ -783,14 +771,13 @@ def _index(space, c: Conv2DConfig) -> int | None:
 
 
 def measurement_record(w: Conv2DWorkload, m, target: str, origin: str | None = None,
-                       winograd: Mapping[Conv2DWorkload, Conv2DWorkload] | None = None) -> dict:
+                       winograd_of: Conv2DWorkload | None = None) -> dict:
     """The v0.2 record of one :class:`kernels.tuner.Measurement` of ``w`` on ``target``
     (a failed one costs TVM's ``[1e9]`` and carries its ``error_no``; ``origin``: see
-    :data:`graph_tuner.records.ORIGIN_FIELD`). A Winograd GEMM ``w`` of ``winograd`` (GEMM
-    workload -> the conv it is timed as) names its conv (:data:`graph_tuner.records.WINOGRAD_FIELD`)."""
+    :data:`graph_tuner.records.ORIGIN_FIELD`; ``winograd_of``: the conv a Winograd GEMM ``w``
+    was timed as, :data:`graph_tuner.records.WINOGRAD_FIELD`)."""
     return make_conv2d_record(w, m.entity, m.index, [m.seconds] if m.ok else [1e9], target,
-                              error_no=m.error_no, all_cost=m.elapsed, origin=origin,
-                              winograd_of=(winograd or {}).get(w))
+                              error_no=m.error_no, all_cost=m.elapsed, origin=origin, winograd_of=winograd_of)
 
 
 def _config(w: Conv2DWorkload, index: int) -> Conv2DConfig:

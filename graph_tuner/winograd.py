@@ -23,6 +23,7 @@ own; no model we know has one.)
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Mapping
 
 from kernels.winograd import gemm_workload, supported
 from kernels.workload import Conv2DWorkload
@@ -64,6 +65,28 @@ def runs_winograd(layer: Conv2DWorkload, record: Conv2DWorkload | None) -> bool:
     :func:`graph_tuner.candidates.match_key` does."""
     gemm = gemm_of(layer) if record is not None else None
     return gemm is not None and dataclasses.replace(record, out_dtype="") == dataclasses.replace(gemm, out_dtype="")
+
+
+def timed_as_another(convs: Mapping[Conv2DWorkload, Conv2DWorkload] | None
+                     ) -> Callable[[Conv2DWorkload, Conv2DWorkload | None], bool]:
+    """``other(workload, named)``: whether a record of ``workload`` naming the conv ``named``
+    (:attr:`graph_tuner.records.Record.winograd_of`) is a Winograd GEMM's timed as another conv
+    than ``convs`` (GEMM workload -> this model's conv) says, output dtypes aside. A record of
+    no GEMM in ``convs``, or naming none (from before the field), is not.
+
+    >>> from kernels.workload import Conv2DWorkload
+    >>> padded = Conv2DWorkload((1, 64, 28, 28), (64, 64, 3, 3), padding=(1, 1, 1, 1))
+    >>> other = timed_as_another({gemm_workload(padded): padded})
+    >>> [other(gemm_workload(padded), c) for c in (padded, Conv2DWorkload((1, 64, 30, 30), (64, 64, 3, 3)), None)]
+    [False, True, False]
+    """
+    key = (lambda w: dataclasses.replace(w, out_dtype=""))
+    mine = {key(g): key(c) for g, c in (convs or {}).items()}
+
+    def other(workload: Conv2DWorkload, named: Conv2DWorkload | None) -> bool:
+        return named is not None and mine.get(key(workload), key(named)) != key(named)
+
+    return other
 
 
 def shared_gemms(workloads) -> set[Conv2DWorkload]:
