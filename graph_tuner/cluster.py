@@ -77,7 +77,7 @@ WORKER_TIMEOUT = 30.0
 STRANDED_S = 120.0
 STRANDED_CHECK = 5.0
 RESOURCE = "measure"
-INSTALL = "pip install 'graph-tuner[cluster]'"
+INSTALL = "pip install -e '.[cluster]' in the graph-tuner checkout"
 
 
 @dataclass(frozen=True)
@@ -597,7 +597,6 @@ def tune_on_cluster(
     :func:`log_name`). ``measure``/``measure_transform`` replace the timers
     on the workers (they must pickle). ``print_fn`` gets a line per workload and, at the
     end, one per worker (:meth:`ClusterResult.worker_lines`)."""
-    from distributed import as_completed
     from tqdm import tqdm
 
     from graph_tuner.loading import load_model
@@ -609,7 +608,9 @@ def tune_on_cluster(
     m = load_model(model, batch=batch)
     workloads = model_workloads(m)
     budget = trial_budget(workloads, trials)  # before connecting: a bad --trials fails at once
-    client, owned = connect(cluster)
+    client, owned = connect(cluster)  # first: without Dask installed, its one line
+    from distributed import as_completed
+
     run = None
     locks = contextlib.ExitStack()  # each log's write lock (graph_tuner.log_lock), held to the end
     start, wall_start = time.perf_counter(), time.time()

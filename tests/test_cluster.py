@@ -233,6 +233,19 @@ def test_unreachable_scheduler_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     assert len(err.splitlines()) == 1 and not log.exists()
 
 
+def test_cluster_without_dask_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """`pip install -e .` has no Dask (the [cluster] extra): --cluster says so in one line, not
+    an internal error from the first Dask import."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    model = write_tiny_onnx(tmp_path / "tiny.onnx")
+    log = tmp_path / "t.log"
+    assert main(["tune", str(model), "-o", str(log), "--cluster", "tcp://127.0.0.1:9", *TRIALS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"graph-tuner: error: --cluster needs Dask distributed: {cl.INSTALL}" and not log.exists()
+
+
 def test_a_cluster_without_measuring_workers_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(cl, "WORKER_TIMEOUT", 0.2)
     with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
