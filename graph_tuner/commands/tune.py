@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", metavar="ADDRESS",
                    help="tune on a Dask cluster: the scheduler's address (tcp://HOST:8786); each machine runs "
                         "`dask worker ADDRESS --nthreads 1 --resources measure=1`; this process writes the log. "
-                        "-o DIR/ then writes one log per CPU, DIR/<cpu>/MODEL.log (needs the [cluster] extra: pip install -e '.[cluster]')")
+                        "-o DIR/ then writes one log per CPU, DIR/<cpu>/MODEL.log (needs the [cluster] extra: "
+                        "pip install -e '.[cluster]')")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (summary lines only)")
     p.set_defaults(func=run)
 
